@@ -1,0 +1,417 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// claimWindow is how many of the oldest visible messages a fetch chooses
+// among at random, so that concurrent dispatchers rarely reach for the same
+// instance.
+const claimWindow = 16
+
+// StartOrchestration creates the instance, execution 1 and the start message
+// in one statement.
+func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrationParams) (*store.StartOrchestrationResult, error) {
+	if p.TenantID == "" || p.InstanceID == "" || p.Name == "" {
+		return nil, invalid("tenant id, instance id and name are required")
+	}
+	if p.Start.Kind == "" {
+		return nil, invalid("the start message has no kind")
+	}
+	now := s.now()
+	var created bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `
+WITH i AS (
+	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, input, tags, execution_count, event_count)
+	VALUES ($1, $2, $3, $4, 1, 'Running', $2, $5, $5, $6, $7, 1, 0)
+	ON CONFLICT (tenant_id, instance_id) DO NOTHING
+	RETURNING instance_id
+), e AS (
+	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
+	SELECT $1, instance_id, 1, 'Running', $6, $5 FROM i
+	RETURNING instance_id
+)
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+SELECT $1, instance_id, 1, $8, $9, $5, $5 FROM i`,
+			p.TenantID, p.InstanceID, p.Name, p.Version, now, p.Input, tagsOf(p.Tags), p.Start.Kind, p.Start.Payload)
+		created = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !created {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrAlreadyExists)
+	}
+	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
+}
+
+func tagsOf(tags map[string]string) map[string]string {
+	if tags == nil {
+		return map[string]string{}
+	}
+	return tags
+}
+
+// Enqueue adds a message to an existing instance's queue.
+func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
+	if p.TenantID == "" || p.InstanceID == "" || p.Message.Kind == "" {
+		return nil, invalid("tenant id, instance id and message kind are required")
+	}
+	if p.Delay < 0 {
+		return nil, invalid("negative delay %s", p.Delay)
+	}
+	now := s.now()
+	var id string
+	err := s.retry(ctx, func(ctx context.Context) error {
+		id = ""
+		err := s.pool.QueryRow(ctx, `
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances WHERE tenant_id = $1 AND instance_id = $2
+RETURNING id::TEXT`,
+			p.TenantID, p.InstanceID, p.ExecutionID, p.Message.Kind, p.Message.Payload, now+p.Delay.Milliseconds(), now).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	return &store.EnqueueResult{MessageID: id}, nil
+}
+
+const selectInstance = `
+SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count
+FROM instances i
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id
+WHERE i.tenant_id = $1 AND i.instance_id = $2`
+
+func scanInstance(tenantID string, row pgx.Row) (*store.Instance, error) {
+	in := store.Instance{TenantID: tenantID}
+	var status string
+	var createdAt, updatedAt int64
+	var completedAt *int64
+	err := row.Scan(&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
+		&in.ParentInstanceID, &in.RootInstanceID, &in.Input, &in.Output, &in.Error,
+		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount)
+	if err != nil {
+		return nil, err
+	}
+	in.Status = store.Status(status)
+	in.CreatedAt, in.UpdatedAt, in.CompletedAt = fromMillis(createdAt), fromMillis(updatedAt), fromNullMillis(completedAt)
+	return &in, nil
+}
+
+// GetInstance reads an instance with its current execution's state.
+func (s *Store) GetInstance(ctx context.Context, p *store.GetInstanceParams) (*store.Instance, error) {
+	var in *store.Instance
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		in, err = scanInstance(p.TenantID, s.pool.QueryRow(ctx, selectInstance, p.TenantID, p.InstanceID))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	return in, err
+}
+
+// GetHistory reads an execution's history in event id order.
+func (s *Store) GetHistory(ctx context.Context, p *store.GetHistoryParams) ([]store.HistoryEvent, error) {
+	var events []store.HistoryEvent
+	var found bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT CASE WHEN $3 = 0 THEN current_execution_id ELSE $3 END FROM instances
+			WHERE tenant_id = $1 AND instance_id = $2`, p.TenantID, p.InstanceID, p.ExecutionID)
+		b.Queue(selectHistory, p.TenantID, p.InstanceID, p.ExecutionID)
+		br := s.pool.SendBatch(ctx, b)
+		var execID int64
+		err := br.QueryRow().Scan(&execID)
+		found = err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			_ = br.Close()
+			return err
+		}
+		events, err = scanHistory(br)
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	return events, nil
+}
+
+// selectHistory reads an execution's history; execution 0 means the current one.
+const selectHistory = `
+SELECT h.event_id, h.kind, h.payload, h.created_at
+FROM history h
+WHERE h.tenant_id = $1 AND h.instance_id = $2 AND h.execution_id = (
+	SELECT CASE WHEN $3 = 0 THEN current_execution_id ELSE $3 END
+	FROM instances WHERE tenant_id = $1 AND instance_id = $2)
+ORDER BY h.event_id`
+
+func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	var events []store.HistoryEvent
+	for rows.Next() {
+		var ev store.HistoryEvent
+		var createdAt int64
+		if err := rows.Scan(&ev.EventID, &ev.Kind, &ev.Payload, &createdAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ev.CreatedAt = fromMillis(createdAt)
+		events = append(events, ev)
+	}
+	return events, rows.Err()
+}
+
+// The claim statements lease one instance that has visible messages and no
+// live lease, in one round trip: pick among the oldest visible messages at
+// random, then insert the lease, or take over an expired one by
+// compare-and-set. Zero rows back means another dispatcher won the race.
+const claimCandidates = `
+cand AS (
+	SELECT w.tenant_id, w.instance_id FROM (
+		SELECT q.tenant_id, q.instance_id FROM orchestrator_queue q
+		WHERE q.tenant_id = %s AND q.visible_at <= $1
+			AND NOT EXISTS (SELECT 1 FROM instance_locks l
+				WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1)
+		ORDER BY q.visible_at
+		LIMIT %d
+	) w
+	ORDER BY random()
+	LIMIT 1
+)
+INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
+SELECT tenant_id, instance_id, $2, $3 FROM cand
+ON CONFLICT (tenant_id, instance_id) DO UPDATE
+	SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
+	WHERE instance_locks.locked_until <= $1
+RETURNING tenant_id, instance_id`
+
+var (
+	claimForTenant = "WITH " + fmt.Sprintf(claimCandidates, "$4", claimWindow)
+
+	// claimForAnyTenant serves tenants in turn: the first registered tenant
+	// after $4 (wrapping around) that has claimable work.
+	claimForAnyTenant = `WITH pick AS (
+	SELECT t.tenant_id FROM tenants t
+	WHERE EXISTS (SELECT 1 FROM orchestrator_queue q
+		WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1
+			AND NOT EXISTS (SELECT 1 FROM instance_locks l
+				WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1))
+	ORDER BY t.tenant_id <= $4, t.tenant_id
+	LIMIT 1
+), ` + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)", claimWindow)
+)
+
+// FetchOrchestrationItem leases an instance and reads what its turn needs.
+func (s *Store) FetchOrchestrationItem(ctx context.Context, p *store.FetchOrchestrationItemParams) (*store.OrchestrationItem, error) {
+	if p.LeaseDuration <= 0 {
+		return nil, invalid("lease duration must be positive")
+	}
+	// A few rounds: a round ends early when the claim loses a race or
+	// finds only zombie messages.
+	for range 8 {
+		item, zombie, err := s.fetchOnce(ctx, p)
+		if err != nil || !zombie {
+			return item, err
+		}
+	}
+	return nil, nil
+}
+
+func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemParams) (item *store.OrchestrationItem, zombie bool, err error) {
+	now := s.now()
+	token := uuid.NewString()
+	until := now + p.LeaseDuration.Milliseconds()
+	var tenantID, instanceID string
+	err = s.retry(ctx, func(ctx context.Context) error {
+		tenantID, instanceID = "", ""
+		var row pgx.Row
+		if p.TenantID != "" {
+			row = s.pool.QueryRow(ctx, claimForTenant, now, token, until, p.TenantID)
+		} else {
+			s.mu.Lock()
+			after := s.orchestratorTurn
+			s.mu.Unlock()
+			row = s.pool.QueryRow(ctx, claimForAnyTenant, now, token, until, after)
+		}
+		err := row.Scan(&tenantID, &instanceID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil || instanceID == "" {
+		return nil, false, err
+	}
+	if p.TenantID == "" {
+		s.mu.Lock()
+		s.orchestratorTurn = tenantID
+		s.mu.Unlock()
+	}
+	lease := store.OrchestrationLease{TenantID: tenantID, InstanceID: instanceID, Token: token, ExpiresAt: fromMillis(until)}
+
+	// We hold the lease: nobody else changes this instance until we ack,
+	// abandon or lose it. The three reads travel in one round trip.
+	var in *store.Instance
+	var history []store.HistoryEvent
+	var messages []store.QueuedMessage
+	err = s.retry(ctx, func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(selectInstance, tenantID, instanceID)
+		b.Queue(selectHistory, tenantID, instanceID, 0)
+		b.Queue(`SELECT id::TEXT, execution_id, kind, payload, visible_at, created_at FROM orchestrator_queue
+			WHERE tenant_id = $1 AND instance_id = $2 AND visible_at <= $3
+			ORDER BY visible_at, created_at, id LIMIT $4`, tenantID, instanceID, now, s.opts.MaxMessagesPerTurn)
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		var err error
+		in, err = scanInstance(tenantID, br.QueryRow())
+		if errors.Is(err, pgx.ErrNoRows) {
+			in = nil
+		} else if err != nil {
+			return err
+		}
+		if history, err = scanHistory(br); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		messages, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.QueuedMessage, error) {
+			m := store.QueuedMessage{InstanceID: instanceID}
+			var visibleAt, createdAt int64
+			err := row.Scan(&m.ID, &m.ExecutionID, &m.Kind, &m.Payload, &visibleAt, &createdAt)
+			m.VisibleAt, m.CreatedAt = fromMillis(visibleAt), fromMillis(createdAt)
+			return m, err
+		})
+		if err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if in == nil {
+		return nil, true, s.consumeZombies(ctx, lease, messages)
+	}
+	return &store.OrchestrationItem{Lease: lease, Instance: *in, History: history, Messages: messages}, false, nil
+}
+
+// consumeZombies deletes the messages of an instance that does not exist
+// (it was deleted, or never was) and releases the lease taken on it.
+func (s *Store) consumeZombies(ctx context.Context, lease store.OrchestrationLease, messages []store.QueuedMessage) error {
+	ids := make([]string, len(messages))
+	for i, m := range messages {
+		ids[i] = m.ID
+		s.log.WarnContext(ctx, "consumed a message for an instance that does not exist",
+			"tenant_id", lease.TenantID, "instance_id", lease.InstanceID, "message_id", m.ID, "kind", m.Kind)
+	}
+	return s.retry(ctx, func(ctx context.Context) error {
+		_, err := s.pool.Exec(ctx, `
+WITH consumed AS (
+	DELETE FROM orchestrator_queue
+	WHERE tenant_id = $1 AND instance_id = $2 AND id = ANY($3::UUID[])
+		AND NOT EXISTS (SELECT 1 FROM instances WHERE tenant_id = $1 AND instance_id = $2)
+	RETURNING id
+)
+DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $4`,
+			lease.TenantID, lease.InstanceID, ids, lease.Token)
+		return err
+	})
+}
+
+// RenewOrchestrationLease extends a live lease by compare-and-set.
+func (s *Store) RenewOrchestrationLease(ctx context.Context, p *store.RenewOrchestrationLeaseParams) (time.Time, error) {
+	if p.Duration <= 0 {
+		return time.Time{}, invalid("lease duration must be positive")
+	}
+	now := s.now()
+	until := now + p.Duration.Milliseconds()
+	var renewed bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `UPDATE instance_locks SET locked_until = $5
+			WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
+			p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now, until)
+		renewed = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !renewed {
+		return time.Time{}, leaseLost(p.Lease)
+	}
+	return fromMillis(until), nil
+}
+
+func leaseLost(l store.OrchestrationLease) error {
+	return fmt.Errorf("instance %q: %w", l.InstanceID, store.ErrLeaseLost)
+}
+
+// AbandonOrchestrationItem releases the lease. With a delay, the lease row
+// stays, under a token nobody holds, until the delay has passed.
+func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOrchestrationItemParams) error {
+	if p.Delay < 0 {
+		return invalid("negative delay %s", p.Delay)
+	}
+	now := s.now()
+	var released bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		var n int64
+		if p.Delay == 0 {
+			tag, e := s.pool.Exec(ctx, `DELETE FROM instance_locks
+				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
+				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now)
+			n, err = tag.RowsAffected(), e
+		} else {
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks SET lock_token = $5, locked_until = $6
+				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
+				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now, uuid.NewString(), now+p.Delay.Milliseconds())
+			n, err = tag.RowsAffected(), e
+		}
+		released = n == 1
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !released {
+		return leaseLost(p.Lease)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package crdb implements Orchard's store contract (pkg/store) on CockroachDB
+// with pgx v5. The same SQL runs on PostgreSQL, which the tests use: only the
+// common subset of both dialects is written here (DESIGN §3); the
+// CockroachDB-only tuning lives in schema/crdb_only.
+//
+// Every write that spans statements goes through inTx, the one retried
+// SERIALIZABLE transaction helper; single statements go through the same
+// retry loop. Leases are compare-and-set columns, never row locks. Every
+// query binds its tenant. Times come from the injected clock.
+//
+// This package must never decide what a message means: kinds and payloads
+// are opaque to it.
+package crdb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Clock supplies every time the store writes; the wall clock by default.
+	Clock store.Clock
+	// Logger receives warnings (zombie messages); slog.Default() by default.
+	Logger *slog.Logger
+	// MaxAttempts bounds the attempts of a transaction (default 10).
+	MaxAttempts int
+	// RetryBackoff is the first backoff between attempts (default 2ms); it
+	// doubles per attempt up to MaxRetryBackoff (default 250ms).
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// MaxMessagesPerTurn bounds the messages one fetch hands a turn (default 1000).
+	MaxMessagesPerTurn int
+}
+
+// Store is the CockroachDB (and PostgreSQL) implementation of store.Store.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+	log  *slog.Logger
+
+	// Round-robin position of the all-tenant fetches, per process.
+	mu               sync.Mutex
+	orchestratorTurn string
+	workerTurn       map[string]string // task queue -> last tenant served
+
+	// onRetry, when set (by tests), sees every retried attempt.
+	onRetry func(attempt int, err error)
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns a Store over pool. The schema must be migrated (schema.Migrate).
+func New(pool *pgxpool.Pool, opts Options) *Store {
+	if opts.Clock == nil {
+		opts.Clock = store.SystemClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 10
+	}
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = 2 * time.Millisecond
+	}
+	if opts.MaxRetryBackoff <= 0 {
+		opts.MaxRetryBackoff = 250 * time.Millisecond
+	}
+	if opts.MaxMessagesPerTurn <= 0 {
+		opts.MaxMessagesPerTurn = 1000
+	}
+	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}}
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+func (s *Store) now() int64 { return s.opts.Clock.Now().UnixMilli() }
+
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+func fromNullMillis(ms *int64) time.Time {
+	if ms == nil {
+		return time.Time{}
+	}
+	return fromMillis(*ms)
+}
+
+// CreateTenant registers a tenant. ErrAlreadyExists when it is registered.
+func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) error {
+	if p.TenantID == "" {
+		return invalid("tenant id is empty")
+	}
+	now := s.now()
+	var inserted bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `INSERT INTO tenants (tenant_id, created_at, updated_at) VALUES ($1, $2, $2)
+			ON CONFLICT (tenant_id) DO NOTHING`, p.TenantID, now)
+		inserted = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		return fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrAlreadyExists)
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", store.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,98 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// inTx runs fn in a SERIALIZABLE transaction and commits it. On a
+// serialization failure or deadlock (40001, 40P01), raised by a statement or
+// by the COMMIT itself, the whole transaction is rolled back and run again
+// from a fresh BEGIN, within the retry budget.
+//
+// fn must be retry-safe: no effects outside the transaction, no state carried
+// from one attempt to the next; callers publish results only after inTx
+// returns nil. cockroach-go's ExecuteTx is deliberately not used: it ignores
+// the error of the final COMMIT, which on PostgreSQL loses a serialization
+// failure raised at COMMIT.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.retry(ctx, func(ctx context.Context) error {
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return &commitError{err: err}
+		}
+		return nil
+	})
+}
+
+// retry runs op until it succeeds, fails for a reason that retrying cannot
+// fix, or the budget is spent. It is the one retry loop of the package: inTx
+// uses it, and so do single statements, which PostgreSQL (with
+// default_transaction_isolation = serializable) and CockroachDB run as
+// implicit serializable transactions that can fail the same way.
+func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
+	backoff := s.opts.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil || !retryable(err) {
+			return unwrapCommit(err)
+		}
+		if s.onRetry != nil {
+			s.onRetry(attempt, err)
+		}
+		if attempt >= s.opts.MaxAttempts {
+			return fmt.Errorf("%w: gave up after %d attempts: %w", store.ErrConflict, attempt, unwrapCommit(err))
+		}
+		// Full jitter: conflicting transactions should not wake together.
+		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
+		backoff = min(backoff*2, s.opts.MaxRetryBackoff)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (while retrying: %w)", ctx.Err(), unwrapCommit(err))
+		case <-t.C:
+		}
+	}
+}
+
+// commitError marks an error returned by COMMIT, so that tests can tell a
+// failure at COMMIT from one raised by a statement.
+type commitError struct{ err error }
+
+func (e *commitError) Error() string { return "commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+func unwrapCommit(err error) error {
+	var ce *commitError
+	if errors.As(err, &ce) {
+		return ce.err
+	}
+	return err
+}
+
+// retryable classifies database errors once: serialization failures and
+// deadlocks restart the transaction; so does a connection error raised before
+// anything was sent.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	return pgconn.SafeToRetry(err)
+}

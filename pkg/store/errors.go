@@ -1,0 +1,22 @@
+package store
+
+import "errors"
+
+// Sentinel errors of the store contract. Implementations wrap them with
+// context; callers test them with errors.Is. The API maps them to Connect
+// codes in one place.
+var (
+	// ErrNotFound: the instance (or tenant, or execution) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: the id is taken.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrLeaseLost: the lease expired, was taken over, or its row is gone
+	// (the instance was deleted, the activity was cancelled).
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrInvalidArgument: the params are malformed (an empty id, a status
+	// that does not exist, a negative duration).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrConflict: a transaction kept conflicting with others and the retry
+	// budget ran out. The operation may be tried again later.
+	ErrConflict = errors.New("transaction conflict: retry budget exhausted")
+)

@@ -1,0 +1,360 @@
+// Package store is the contract between Orchard's services and its database:
+// the runtime protocol that dispatchers and activity workers use (the seeds'
+// provider API) and, beside it, the management operations. It holds
+// interfaces, value types and sentinel errors only; implementations live in
+// sub-packages (pkg/store/crdb) and prove themselves against one conformance
+// suite (pkg/store/storetest).
+//
+// The store is agnostic of the engine: messages and history events are a kind
+// and an opaque payload. Every tenant-scoped method names its tenant in its
+// params; nothing here ever reads or writes across tenants except the
+// all-tenant fetches, which only pick whose work comes next.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Clock tells the store what time it is. Every time the store writes comes
+// from it, never from the database, so tests control time.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Status is the status of an execution; an instance has the status of its
+// current execution.
+type Status string
+
+// The statuses of an execution.
+const (
+	StatusRunning        Status = "Running"
+	StatusCompleted      Status = "Completed"
+	StatusFailed         Status = "Failed"
+	StatusCancelled      Status = "Cancelled"
+	StatusContinuedAsNew Status = "ContinuedAsNew"
+)
+
+// Terminal reports whether the status is final for an instance.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the known statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusContinuedAsNew:
+		return true
+	}
+	return false
+}
+
+// Message is the content of an orchestrator queue item: what a turn consumes
+// (a start, an activity result, a fired timer, an external event, a child's
+// result, a cancel request). The engine defines the kinds and payloads.
+type Message struct {
+	Kind    string
+	Payload []byte
+}
+
+// QueuedMessage is a message as it sits in an instance's queue.
+type QueuedMessage struct {
+	ID          string
+	InstanceID  string
+	ExecutionID int64 // the execution it is meant for; 0 for whichever is current
+	Message
+	VisibleAt time.Time
+	CreatedAt time.Time
+}
+
+// HistoryEvent is one event of an execution's history.
+type HistoryEvent struct {
+	EventID   int64 // 1, 2, 3... within the execution
+	Kind      string
+	Payload   []byte
+	CreatedAt time.Time // set by the store when the event is appended
+}
+
+// Instance is an orchestration instance with its current execution's state.
+type Instance struct {
+	TenantID           string
+	InstanceID         string
+	Name               string
+	Version            string
+	Status             Status
+	CurrentExecutionID int64
+	ParentInstanceID   string // empty for a root instance
+	RootInstanceID     string // the instance itself for a root
+	Input              []byte // the current execution's input
+	Output             []byte // the current execution's output, when completed
+	Error              string // the current execution's error, when failed
+	Tags               map[string]string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	CompletedAt        time.Time // zero while not terminal
+	ExecutionCount     int64
+	EventCount         int64
+}
+
+// OrchestrationLease identifies the lease a dispatcher holds on an instance.
+type OrchestrationLease struct {
+	TenantID   string
+	InstanceID string
+	Token      string
+	ExpiresAt  time.Time
+}
+
+// OrchestrationItem is what FetchOrchestrationItem hands a dispatcher: a
+// leased instance, its current execution's history and its visible messages.
+type OrchestrationItem struct {
+	Lease    OrchestrationLease
+	Instance Instance
+	History  []HistoryEvent
+	Messages []QueuedMessage
+}
+
+// WorkLease identifies the lease a worker holds on an activity task.
+type WorkLease struct {
+	TenantID  string
+	ID        string
+	Token     string
+	ExpiresAt time.Time
+}
+
+// WorkItem is an activity task leased by a worker.
+type WorkItem struct {
+	Lease       WorkLease
+	InstanceID  string
+	ExecutionID int64
+	ActivityID  int64 // the event id that scheduled the activity
+	Name        string
+	TaskQueue   string
+	Input       []byte
+	Attempt     int
+	CreatedAt   time.Time
+}
+
+// Store is everything a store implementation provides.
+type Store interface {
+	Runtime
+	Tenants
+	Close()
+}
+
+// Tenants registers the tenants whose work the all-tenant fetches consider.
+type Tenants interface {
+	CreateTenant(ctx context.Context, p *CreateTenantParams) error
+}
+
+// CreateTenantParams names a new tenant.
+type CreateTenantParams struct {
+	TenantID string
+}
+
+// Runtime is the protocol between dispatchers, workers and the database.
+type Runtime interface {
+	// StartOrchestration creates an instance, its first execution and its
+	// start message atomically. ErrAlreadyExists when the id is taken.
+	StartOrchestration(ctx context.Context, p *StartOrchestrationParams) (*StartOrchestrationResult, error)
+	// Enqueue adds a message (an external event, a cancel request) to an
+	// instance's queue. ErrNotFound when the instance does not exist.
+	Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
+	// GetInstance reads an instance and its current execution's state.
+	GetInstance(ctx context.Context, p *GetInstanceParams) (*Instance, error)
+	// GetHistory reads an execution's history (the current one when
+	// ExecutionID is 0), in event id order.
+	GetHistory(ctx context.Context, p *GetHistoryParams) ([]HistoryEvent, error)
+
+	// FetchOrchestrationItem leases an instance that has visible messages
+	// and no live lease. It returns nil and no error when there is none.
+	// Messages for instances that do not exist are consumed and logged.
+	FetchOrchestrationItem(ctx context.Context, p *FetchOrchestrationItemParams) (*OrchestrationItem, error)
+	// RenewOrchestrationLease extends a live lease. ErrLeaseLost when the
+	// lease expired, was taken over, or the instance was deleted.
+	RenewOrchestrationLease(ctx context.Context, p *RenewOrchestrationLeaseParams) (time.Time, error)
+	// AckOrchestrationItem commits a turn and releases the lease, all in one
+	// transaction. ErrLeaseLost, and nothing written, when the lease is no
+	// longer held by this token.
+	AckOrchestrationItem(ctx context.Context, p *AckOrchestrationItemParams) error
+	// AbandonOrchestrationItem releases the lease without consuming
+	// anything; the instance can be fetched again after Delay.
+	AbandonOrchestrationItem(ctx context.Context, p *AbandonOrchestrationItemParams) error
+
+	// FetchWorkItem leases the oldest visible task of a task queue. It
+	// returns nil and no error when there is none.
+	FetchWorkItem(ctx context.Context, p *FetchWorkItemParams) (*WorkItem, error)
+	// RenewWorkItemLease extends a live task lease. ErrLeaseLost when the
+	// task is gone (cancelled, instance deleted) or the lease lapsed: the
+	// worker's signal to cancel the activity.
+	RenewWorkItemLease(ctx context.Context, p *RenewWorkItemLeaseParams) (time.Time, error)
+	// AckWorkItem deletes the task and enqueues its result for the
+	// instance, atomically. ErrLeaseLost, and nothing enqueued, when the
+	// task is gone or leased by someone else.
+	AckWorkItem(ctx context.Context, p *AckWorkItemParams) error
+	// AbandonWorkItem releases a task so it can be fetched again after Delay.
+	AbandonWorkItem(ctx context.Context, p *AbandonWorkItemParams) error
+}
+
+// StartOrchestrationParams describes a new instance.
+type StartOrchestrationParams struct {
+	TenantID   string
+	InstanceID string
+	Name       string
+	Version    string
+	Input      []byte
+	Tags       map[string]string
+	// Start is the message the first turn consumes.
+	Start Message
+}
+
+// StartOrchestrationResult tells what was created.
+type StartOrchestrationResult struct {
+	ExecutionID int64
+	CreatedAt   time.Time
+}
+
+// EnqueueParams addresses a message to an instance.
+type EnqueueParams struct {
+	TenantID    string
+	InstanceID  string
+	ExecutionID int64 // 0: whichever execution is current when it is consumed
+	Message     Message
+	// Delay makes the message visible only after this long.
+	Delay time.Duration
+}
+
+// EnqueueResult identifies the queued message.
+type EnqueueResult struct {
+	MessageID string
+}
+
+// GetInstanceParams names an instance.
+type GetInstanceParams struct {
+	TenantID   string
+	InstanceID string
+}
+
+// GetHistoryParams names an execution's history.
+type GetHistoryParams struct {
+	TenantID    string
+	InstanceID  string
+	ExecutionID int64 // 0: the current execution
+}
+
+// FetchOrchestrationItemParams says whose work to fetch and for how long.
+type FetchOrchestrationItemParams struct {
+	// TenantID restricts the fetch to one tenant; empty fetches for all
+	// registered tenants, in turn, so no tenant's backlog starves another's.
+	TenantID      string
+	LeaseDuration time.Duration
+}
+
+// RenewOrchestrationLeaseParams extends a lease.
+type RenewOrchestrationLeaseParams struct {
+	Lease    OrchestrationLease
+	Duration time.Duration
+}
+
+// AckOrchestrationItemParams is the outcome of one turn.
+type AckOrchestrationItemParams struct {
+	Lease OrchestrationLease
+	// ExecutionID is the execution the turn ran on.
+	ExecutionID int64
+	// MessageIDs are the fetched messages the turn consumed.
+	MessageIDs []string
+	// History is appended to the execution; event ids continue its history.
+	History []HistoryEvent
+	// Status is the execution's status after the turn.
+	Status Status
+	Output []byte // when Completed
+	Error  string // when Failed or Cancelled
+	// ContinueAsNew starts the next execution when Status is ContinuedAsNew.
+	ContinueAsNew *ContinueAsNew
+	// Messages are enqueued for instances of the same tenant: timers to
+	// itself (with a delay), results to its parent, cancels to its children.
+	Messages []OutgoingMessage
+	// Children are sub-orchestrations to create.
+	Children []ChildStart
+	// Activities are tasks to put in worker queues.
+	Activities []ActivityTask
+	// CancelActivities are the activity ids (of ExecutionID) whose tasks are
+	// deleted: a worker holding one sees its renew and ack fail.
+	CancelActivities []int64
+}
+
+// ContinueAsNew describes the next execution of a continue-as-new chain.
+type ContinueAsNew struct {
+	Input []byte
+	Start Message
+}
+
+// OutgoingMessage is a message a turn sends to an instance of its tenant.
+type OutgoingMessage struct {
+	InstanceID  string
+	ExecutionID int64
+	Message     Message
+	Delay       time.Duration
+}
+
+// ChildStart describes a sub-orchestration to create.
+type ChildStart struct {
+	InstanceID string
+	Name       string
+	Version    string
+	Input      []byte
+	Tags       map[string]string
+	Start      Message
+	// IfTaken is delivered to the parent instead when the id is taken.
+	IfTaken Message
+}
+
+// ActivityTask describes an activity task to schedule.
+type ActivityTask struct {
+	ActivityID int64
+	Name       string
+	TaskQueue  string
+	Input      []byte
+	Attempt    int
+	Delay      time.Duration
+}
+
+// AbandonOrchestrationItemParams releases a lease.
+type AbandonOrchestrationItemParams struct {
+	Lease OrchestrationLease
+	Delay time.Duration
+}
+
+// FetchWorkItemParams says which task queue to fetch from.
+type FetchWorkItemParams struct {
+	// TenantID restricts the fetch to one tenant; empty fetches for all
+	// registered tenants, in turn.
+	TenantID      string
+	TaskQueue     string
+	LeaseDuration time.Duration
+}
+
+// RenewWorkItemLeaseParams extends a task lease.
+type RenewWorkItemLeaseParams struct {
+	Lease    WorkLease
+	Duration time.Duration
+}
+
+// AckWorkItemParams completes a task.
+type AckWorkItemParams struct {
+	Lease WorkLease
+	// Result is enqueued for the task's instance; nil deletes the task
+	// without enqueuing anything.
+	Result *Message
+}
+
+// AbandonWorkItemParams releases a task.
+type AbandonWorkItemParams struct {
+	Lease WorkLease
+	Delay time.Duration
+}

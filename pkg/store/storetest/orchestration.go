@@ -1,0 +1,530 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+func testStartAndFetch(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "order-1")
+
+	in := h.instance(tenant, "order-1")
+	require.Equal(t, store.StatusRunning, in.Status)
+	require.Equal(t, int64(1), in.CurrentExecutionID)
+	require.Equal(t, "order", in.Name)
+	require.Equal(t, "1", in.Version)
+	require.Equal(t, "order-1", in.RootInstanceID)
+	require.Empty(t, in.ParentInstanceID)
+	require.JSONEq(t, `{"n":1}`, string(in.Input))
+	require.Equal(t, map[string]string{"team": "a"}, in.Tags)
+	require.Equal(t, h.clock.Now(), in.CreatedAt)
+	require.True(t, in.CompletedAt.IsZero())
+	require.Equal(t, int64(1), in.ExecutionCount)
+
+	item := h.mustFetch(tenant, "order-1")
+	require.Equal(t, tenant, item.Lease.TenantID)
+	require.NotEmpty(t, item.Lease.Token)
+	require.Equal(t, h.clock.Now().Add(lease), item.Lease.ExpiresAt)
+	require.Empty(t, item.History)
+	require.Len(t, item.Messages, 1)
+	require.Equal(t, kindStart, item.Messages[0].Kind)
+	require.Equal(t, int64(1), item.Messages[0].ExecutionID)
+
+	// Leased: nobody else gets it, even with a message waiting.
+	h.enqueue(tenant, "order-1", `"approve"`, 0)
+	require.Nil(t, h.fetch(tenant))
+
+	h.clock.Advance(time.Second)
+	h.ack(turn(item))
+	// The event that arrived during the turn was not consumed by it.
+	item = h.mustFetch(tenant, "order-1")
+	require.Len(t, item.History, 1)
+	require.Equal(t, "received_start", item.History[0].Kind)
+	require.Equal(t, int64(1), item.History[0].EventID)
+	require.Len(t, item.Messages, 1)
+	require.Equal(t, `"approve"`, string(item.Messages[0].Payload))
+	h.ack(turn(item))
+
+	in = h.instance(tenant, "order-1")
+	require.Equal(t, int64(2), in.EventCount)
+	require.Equal(t, h.clock.Now(), in.UpdatedAt)
+	require.Nil(t, h.fetch(tenant))
+}
+
+func testStartTakenID(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "dup")
+	_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: "dup", Name: "other", Start: store.Message{Kind: kindStart},
+	})
+	require.ErrorIs(t, err, store.ErrAlreadyExists)
+	require.Equal(t, "order", h.instance(tenant, "dup").Name)
+	// Only the first start message exists.
+	item := h.mustFetch(tenant, "dup")
+	require.Len(t, item.Messages, 1)
+}
+
+func testEnqueueMissingInstance(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	_, err := h.s.Enqueue(h.ctx(), &store.EnqueueParams{TenantID: tenant, InstanceID: "nope", Message: store.Message{Kind: kindEvent}})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "nope"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = h.s.GetHistory(h.ctx(), &store.GetHistoryParams{TenantID: tenant, InstanceID: "nope"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Nil(t, h.fetch(tenant))
+}
+
+// 16 fetchers race over 1,000 messages across 50 instances: each message is
+// consumed exactly once and no instance is ever leased by two at a time.
+func testExactlyOnceDelivery(t *testing.T, h *harness) {
+	const instances, perInstance, fetchers = 50, 20, 16
+	tenant := h.tenant("acme")
+	for i := range instances {
+		id := fmt.Sprintf("i-%02d", i)
+		h.start(tenant, id)
+		for j := 1; j < perInstance; j++ {
+			h.enqueue(tenant, id, fmt.Sprintf(`"%s/%d"`, id, j), 0)
+		}
+	}
+
+	var (
+		mu       sync.Mutex
+		leased   = map[string]bool{}
+		seen     = map[string]int{}
+		consumed atomic.Int64
+		failed   atomic.Bool
+		errs     = make(chan error, fetchers)
+		wg       sync.WaitGroup
+	)
+	deadline := time.Now().Add(2 * time.Minute)
+	for range fetchers {
+		wg.Go(func() {
+			fail := func(err error) {
+				failed.Store(true)
+				errs <- err
+			}
+			for consumed.Load() < instances*perInstance && !failed.Load() && time.Now().Before(deadline) {
+				item, err := h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Hour})
+				if err != nil {
+					fail(err)
+					return
+				}
+				if item == nil {
+					continue
+				}
+				id := item.Lease.InstanceID
+				mu.Lock()
+				if leased[id] {
+					mu.Unlock()
+					fail(fmt.Errorf("instance %s leased twice at the same time", id))
+					return
+				}
+				leased[id] = true
+				for _, m := range item.Messages {
+					seen[m.ID]++
+				}
+				mu.Unlock()
+
+				p := turn(item)
+				// Still leased until the ack commits: forget it first, so
+				// that a fetch right after the commit is no false alarm.
+				mu.Lock()
+				delete(leased, id)
+				mu.Unlock()
+				if err := h.s.AckOrchestrationItem(h.ctx(), p); err != nil {
+					fail(fmt.Errorf("ack %s: %w", id, err))
+					return
+				}
+				consumed.Add(int64(len(item.Messages)))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(instances*perInstance), consumed.Load())
+	require.Len(t, seen, instances*perInstance)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "message %s delivered %d times", id, n)
+	}
+	for i := range instances {
+		id := fmt.Sprintf("i-%02d", i)
+		events := h.history(tenant, id, 0)
+		require.Len(t, events, perInstance, id)
+		payloads := map[string]bool{}
+		for k, ev := range events {
+			require.Equal(t, int64(k+1), ev.EventID)
+			payloads[string(ev.Payload)] = true
+		}
+		require.Len(t, payloads, perInstance, "a message of %s was duplicated or lost", id)
+		require.Equal(t, int64(perInstance), h.instance(tenant, id).EventCount)
+	}
+	require.Nil(t, h.fetch(tenant))
+}
+
+func testInvisibleUntilVisibleAt(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "timer")
+	h.ack(turn(h.mustFetch(tenant, "timer")))
+
+	h.enqueue(tenant, "timer", `"fired"`, 10*time.Second)
+	require.Nil(t, h.fetch(tenant))
+	h.clock.Advance(9999 * time.Millisecond)
+	require.Nil(t, h.fetch(tenant))
+	h.clock.Advance(time.Millisecond)
+	item := h.mustFetch(tenant, "timer")
+	require.Len(t, item.Messages, 1)
+	require.Equal(t, `"fired"`, string(item.Messages[0].Payload))
+	require.Equal(t, h.clock.Now(), item.Messages[0].VisibleAt)
+}
+
+func testNothingToFetch(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	item, err := h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease})
+	require.NoError(t, err)
+	require.Nil(t, item)
+	item, err = h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{LeaseDuration: lease})
+	require.NoError(t, err)
+	require.Nil(t, item)
+	w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TaskQueue: queue, LeaseDuration: lease})
+	require.NoError(t, err)
+	require.Nil(t, w)
+}
+
+func testExpiredLeaseTakenOver(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "slow")
+	first := h.mustFetch(tenant, "slow")
+
+	h.clock.Advance(lease - time.Millisecond)
+	require.Nil(t, h.fetch(tenant), "a live lease was taken over")
+	h.clock.Advance(time.Millisecond)
+	second := h.mustFetch(tenant, "slow")
+	require.NotEqual(t, first.Lease.Token, second.Lease.Token)
+	require.Equal(t, first.Messages[0].ID, second.Messages[0].ID)
+
+	_, err := h.s.RenewOrchestrationLease(h.ctx(), &store.RenewOrchestrationLeaseParams{Lease: first.Lease, Duration: lease})
+	require.ErrorIs(t, err, store.ErrLeaseLost)
+	p := turn(first)
+	p.Activities = []store.ActivityTask{{ActivityID: 2, Name: "zombie", TaskQueue: queue}}
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), p), store.ErrLeaseLost)
+	require.ErrorIs(t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: first.Lease}), store.ErrLeaseLost)
+
+	// The old token changed nothing.
+	require.Empty(t, h.history(tenant, "slow", 0))
+	require.Nil(t, h.fetchWork(tenant))
+	_, err = h.s.RenewOrchestrationLease(h.ctx(), &store.RenewOrchestrationLeaseParams{Lease: second.Lease, Duration: lease})
+	require.NoError(t, err)
+	h.ack(turn(second))
+	require.Len(t, h.history(tenant, "slow", 0), 1)
+
+	// An expired lease that nobody took over cannot ack either.
+	h.enqueue(tenant, "slow", `"again"`, 0)
+	third := h.mustFetch(tenant, "slow")
+	h.clock.Advance(lease)
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), turn(third)), store.ErrLeaseLost)
+	require.Len(t, h.history(tenant, "slow", 0), 1)
+}
+
+func testRenewKeepsLease(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "long")
+	item := h.mustFetch(tenant, "long")
+	for range 3 {
+		h.clock.Advance(lease - time.Second)
+		until, err := h.s.RenewOrchestrationLease(h.ctx(), &store.RenewOrchestrationLeaseParams{Lease: item.Lease, Duration: lease})
+		require.NoError(t, err)
+		require.Equal(t, h.clock.Now().Add(lease), until)
+		require.Nil(t, h.fetch(tenant))
+	}
+	h.ack(turn(item))
+}
+
+func testAbandonWithDelay(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "flaky")
+	item := h.mustFetch(tenant, "flaky")
+	require.NoError(t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: item.Lease, Delay: 5 * time.Second}))
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), turn(item)), store.ErrLeaseLost)
+	require.Nil(t, h.fetch(tenant))
+	h.clock.Advance(5 * time.Second)
+	again := h.mustFetch(tenant, "flaky")
+	require.Len(t, again.Messages, 1, "abandon consumed a message")
+
+	require.NoError(t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: again.Lease}))
+	h.ack(turn(h.mustFetch(tenant, "flaky")))
+}
+
+// An ack that fails part-way (here: a history event id that already exists,
+// after the lease release and message deletes were sent) leaves nothing of
+// itself behind: the lease is still held, the messages are still there, and
+// no task or message it carried was enqueued.
+func testAckFailurePartWay(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "a")
+	h.ack(turn(h.mustFetch(tenant, "a")))
+	h.enqueue(tenant, "a", `"go"`, 0)
+	item := h.mustFetch(tenant, "a")
+
+	bad := turn(item)
+	bad.History = append(bad.History, store.HistoryEvent{EventID: 1, Kind: "duplicate"})
+	bad.Activities = []store.ActivityTask{{ActivityID: 3, Name: "charge", TaskQueue: queue}}
+	bad.Messages = []store.OutgoingMessage{{InstanceID: "a", Message: store.Message{Kind: kindEvent}}}
+	bad.Status = store.StatusCompleted
+	err := h.s.AckOrchestrationItem(h.ctx(), bad)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, store.ErrLeaseLost)
+
+	in := h.instance(tenant, "a")
+	require.Equal(t, store.StatusRunning, in.Status)
+	require.Equal(t, int64(1), in.EventCount)
+	require.Len(t, h.history(tenant, "a", 0), 1)
+	require.Nil(t, h.fetchWork(tenant))
+	_, err = h.s.RenewOrchestrationLease(h.ctx(), &store.RenewOrchestrationLeaseParams{Lease: item.Lease, Duration: lease})
+	require.NoError(t, err, "the failed ack released the lease")
+
+	h.ack(turn(item))
+	require.Len(t, h.history(tenant, "a", 0), 2)
+	require.Nil(t, h.fetch(tenant), "the failed ack enqueued a message or left the consumed one")
+}
+
+func testAckTerminalStatus(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	for _, st := range []store.Status{store.StatusCompleted, store.StatusFailed, store.StatusCancelled} {
+		id := "end-" + string(st)
+		h.start(tenant, id)
+		item := h.mustFetch(tenant, id)
+		p := turn(item)
+		p.Status = st
+		if st == store.StatusCompleted {
+			p.Output = []byte(`{"ok":true}`)
+		} else {
+			p.Error = "boom"
+		}
+		h.clock.Advance(time.Second)
+		h.ack(p)
+		in := h.instance(tenant, id)
+		require.Equal(t, st, in.Status)
+		require.Equal(t, h.clock.Now(), in.CompletedAt)
+		if st == store.StatusCompleted {
+			require.JSONEq(t, `{"ok":true}`, string(in.Output))
+		} else {
+			require.Equal(t, "boom", in.Error)
+		}
+	}
+	require.Nil(t, h.fetch(tenant))
+}
+
+func testContinueAsNew(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.scheduleActivities(tenant, "loop", 1) // execution 1 has activity 2 outstanding
+	h.enqueue(tenant, "loop", `"tick"`, 0)
+	item := h.mustFetch(tenant, "loop")
+	p := turn(item)
+	p.History = append(p.History, store.HistoryEvent{EventID: int64(len(item.History) + 2), Kind: "continued_as_new"})
+	p.Status = store.StatusContinuedAsNew
+	p.ContinueAsNew = &store.ContinueAsNew{Input: []byte(`{"n":2}`), Start: store.Message{Kind: kindStart, Payload: []byte(`{"n":2}`)}}
+	p.CancelActivities = []int64{2}
+	h.ack(p)
+
+	in := h.instance(tenant, "loop")
+	require.Equal(t, store.StatusRunning, in.Status)
+	require.Equal(t, int64(2), in.CurrentExecutionID)
+	require.Equal(t, int64(2), in.ExecutionCount)
+	require.JSONEq(t, `{"n":2}`, string(in.Input))
+	require.True(t, in.CompletedAt.IsZero())
+	require.Nil(t, h.fetchWork(tenant), "the old execution's activity survived continue-as-new")
+
+	next := h.mustFetch(tenant, "loop")
+	require.Empty(t, next.History, "the new execution starts with an empty history")
+	require.Equal(t, int64(2), next.Instance.CurrentExecutionID)
+	require.Len(t, next.Messages, 1)
+	require.Equal(t, int64(2), next.Messages[0].ExecutionID)
+	require.Equal(t, `{"n":2}`, string(next.Messages[0].Payload))
+	h.ack(turn(next))
+
+	require.Len(t, h.history(tenant, "loop", 1), 4)
+	require.Len(t, h.history(tenant, "loop", 2), 1)
+	require.Equal(t, int64(5), h.instance(tenant, "loop").EventCount)
+}
+
+func testChildStart(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "parent")
+	item := h.mustFetch(tenant, "parent")
+	p := turn(item)
+	p.History = append(p.History, store.HistoryEvent{EventID: 2, Kind: "child_scheduled"})
+	p.Children = []store.ChildStart{{
+		InstanceID: "parent:2", Name: "payment", Version: "3", Input: []byte(`{"amount":5}`),
+		Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "child_failed"},
+	}}
+	h.ack(p)
+
+	child := h.instance(tenant, "parent:2")
+	require.Equal(t, "parent", child.ParentInstanceID)
+	require.Equal(t, "parent", child.RootInstanceID)
+	require.Equal(t, "payment", child.Name)
+	require.Equal(t, store.StatusRunning, child.Status)
+	ci := h.mustFetch(tenant, "parent:2")
+	require.Equal(t, kindStart, ci.Messages[0].Kind)
+
+	// A grandchild has the root of its parent; a taken id tells the parent.
+	cp := turn(ci)
+	cp.Children = []store.ChildStart{
+		{InstanceID: "parent:2:1", Name: "fraud", Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "child_failed"}},
+		{InstanceID: "parent", Name: "clash", Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "child_failed", Payload: []byte(`"taken"`)}},
+	}
+	h.ack(cp)
+	require.Equal(t, "parent", h.instance(tenant, "parent:2:1").RootInstanceID)
+	require.Equal(t, "order", h.instance(tenant, "parent").Name, "a child start overwrote an existing instance")
+
+	var got []string
+	for range 3 {
+		it := h.fetch(tenant)
+		if it == nil {
+			break
+		}
+		for _, m := range it.Messages {
+			got = append(got, it.Lease.InstanceID+":"+m.Kind+":"+string(m.Payload))
+		}
+		h.ack(turn(it))
+	}
+	require.ElementsMatch(t, []string{"parent:2:child_failed:\"taken\"", "parent:2:1:start:"}, got)
+}
+
+// Messages for an instance that does not exist are consumed without effect.
+func testZombieMessagesConsumed(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "child")
+	item := h.mustFetch(tenant, "child")
+	p := turn(item)
+	p.Status = store.StatusCompleted
+	// The child reports to a parent that is gone.
+	p.Messages = []store.OutgoingMessage{
+		{InstanceID: "gone-parent", ExecutionID: 1, Message: store.Message{Kind: "child_completed"}},
+		{InstanceID: "gone-parent", ExecutionID: 1, Message: store.Message{Kind: "child_completed"}, Delay: time.Minute},
+	}
+	h.ack(p)
+
+	require.Nil(t, h.fetch(tenant))
+	_, err := h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "gone-parent"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	// The delayed one is consumed once visible, and the instance id can
+	// then be started cleanly.
+	h.clock.Advance(time.Minute)
+	require.Nil(t, h.fetch(""))
+	h.start(tenant, "gone-parent")
+	fresh := h.mustFetch(tenant, "gone-parent")
+	require.Len(t, fresh.Messages, 1)
+	require.Equal(t, kindStart, fresh.Messages[0].Kind)
+}
+
+func testTenantIsolation(t *testing.T, h *harness) {
+	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
+	h.start(a, "same-id")
+	h.start(b, "same-id")
+	h.scheduleActivities(a, "with-task", 1)
+
+	_, err := h.s.Enqueue(h.ctx(), &store.EnqueueParams{TenantID: b, InstanceID: "with-task", Message: store.Message{Kind: kindEvent}})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: b, InstanceID: "with-task"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Nil(t, h.fetchWork(b), "tenant b fetched tenant a's task")
+
+	item := h.mustFetch(b, "same-id")
+	require.Equal(t, b, item.Lease.TenantID)
+	require.Equal(t, b, item.Instance.TenantID)
+	// A lease of tenant b presented under tenant a's name is no lease.
+	forged := turn(item)
+	forged.Lease.TenantID = a
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), forged), store.ErrLeaseLost)
+	p := turn(item)
+	p.Status = store.StatusCompleted
+	h.ack(p)
+	require.Nil(t, h.fetch(b))
+	require.Equal(t, store.StatusRunning, h.instance(a, "same-id").Status)
+	require.Equal(t, store.StatusCompleted, h.instance(b, "same-id").Status)
+
+	w := h.fetchWork(a)
+	require.NotNil(t, w)
+	forgedWork := w.Lease
+	forgedWork.TenantID = b
+	require.ErrorIs(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: forgedWork, Result: &store.Message{Kind: kindDone}}), store.ErrLeaseLost)
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: kindDone}}))
+}
+
+// Tenant a has 10,000 visible messages, tenant b ten: the all-tenant fetch
+// serves b's within the first few dozen fetches.
+func testFairnessAcrossTenants(t *testing.T, h *harness) {
+	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
+	const aInstances, aMessages = 100, 10_000
+	for i := range aInstances {
+		h.start(a, fmt.Sprintf("a-%03d", i))
+	}
+	// One turn sends the backlog: 100 messages to each instance.
+	item := h.fetch(a)
+	require.NotNil(t, item)
+	p := turn(item)
+	for i := range aMessages - aInstances {
+		p.Messages = append(p.Messages, store.OutgoingMessage{
+			InstanceID: fmt.Sprintf("a-%03d", i%aInstances), Message: store.Message{Kind: kindEvent},
+		})
+	}
+	h.ack(p)
+	for i := range 10 {
+		h.start(b, fmt.Sprintf("b-%d", i))
+	}
+
+	served := map[string]int{}
+	bDone := 0
+	fetches := 0
+	for bDone < 10 {
+		require.Less(t, fetches, 40, "tenant b still waiting after %d fetches: %v", fetches, served)
+		item, err := h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{LeaseDuration: lease})
+		require.NoError(t, err)
+		require.NotNil(t, item)
+		fetches++
+		served[item.Lease.TenantID]++
+		if item.Lease.TenantID == b {
+			bDone++
+		}
+		h.ack(turn(item))
+	}
+	require.Positive(t, served[a], "tenant a was starved instead")
+}
+
+func testInvalidArguments(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	ctx := h.ctx()
+	_, err := h.s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: tenant, Name: "x", Start: store.Message{Kind: kindStart}})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = h.s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: tenant})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = h.s.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: tenant, LeaseDuration: lease})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	require.ErrorIs(t, h.s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: tenant}), store.ErrAlreadyExists)
+
+	h.start(tenant, "v")
+	item := h.mustFetch(tenant, "v")
+	p := turn(item)
+	p.Status = "Exploded"
+	require.ErrorIs(t, h.s.AckOrchestrationItem(ctx, p), store.ErrInvalidArgument)
+	p = turn(item)
+	p.Status = store.StatusContinuedAsNew
+	require.ErrorIs(t, h.s.AckOrchestrationItem(ctx, p), store.ErrInvalidArgument)
+	// None of that touched the lease.
+	h.ack(turn(item))
+	require.True(t, errors.Is(h.s.AckOrchestrationItem(ctx, turn(item)), store.ErrLeaseLost))
+}

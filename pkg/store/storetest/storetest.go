@@ -1,0 +1,215 @@
+// Package storetest is the conformance suite of the store contract: the
+// seeds' test plan for the runtime protocol, written once and run against
+// every implementation and every database the tests can reach. An
+// implementation's tests call Run with a factory that hands each test a
+// fresh, empty store driven by the given clock.
+//
+// The suite uses only the contract (pkg/store); it never reaches into an
+// implementation's tables.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// Factory returns a fresh, empty store whose times come from clock.
+type Factory func(t *testing.T, clock store.Clock) store.Store
+
+// Run runs the whole suite.
+func Run(t *testing.T, newStore Factory) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"StartAndFetch", testStartAndFetch},
+		{"StartTakenID", testStartTakenID},
+		{"EnqueueMissingInstance", testEnqueueMissingInstance},
+		{"ExactlyOnceDelivery", testExactlyOnceDelivery},
+		{"InvisibleUntilVisibleAt", testInvisibleUntilVisibleAt},
+		{"NothingToFetch", testNothingToFetch},
+		{"ExpiredLeaseTakenOver", testExpiredLeaseTakenOver},
+		{"RenewKeepsLease", testRenewKeepsLease},
+		{"AbandonWithDelay", testAbandonWithDelay},
+		{"AckFailurePartWayLeavesNothing", testAckFailurePartWay},
+		{"AckTerminalStatus", testAckTerminalStatus},
+		{"ContinueAsNew", testContinueAsNew},
+		{"ChildStart", testChildStart},
+		{"ZombieMessagesConsumed", testZombieMessagesConsumed},
+		{"TenantIsolation", testTenantIsolation},
+		{"FairnessAcrossTenants", testFairnessAcrossTenants},
+		{"WorkItemLifecycle", testWorkItemLifecycle},
+		{"WorkItemAbandonAndExpiry", testWorkItemAbandonAndExpiry},
+		{"WorkItemsForAllTenants", testWorkItemsForAllTenants},
+		{"CancelledActivitiesDeleted", testCancelledActivitiesDeleted},
+		{"RenewFailsAfterCancellation", testRenewFailsAfterCancellation},
+		{"UnlockedCancelledActivityNeverFetched", testUnlockedCancelledNeverFetched},
+		{"AckWorkItemFailsAfterCancellation", testAckWorkItemFailsAfterCancellation},
+		{"AckWorkItemSucceeds", testAckWorkItemSucceeds},
+		{"MassCancellation", testMassCancellation},
+		{"InvalidArguments", testInvalidArguments},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			tc.fn(t, &harness{t: t, s: newStore(t, clock), clock: clock})
+		})
+	}
+}
+
+// ManualClock is a clock that moves only when told to.
+type ManualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewManualClock returns a clock stopped at start.
+func NewManualClock(start time.Time) *ManualClock { return &ManualClock{now: start} }
+
+// Now returns the clock's time.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const (
+	lease     = 30 * time.Second
+	kindStart = "start"
+	kindEvent = "event"
+	kindDone  = "activity_completed"
+	queue     = "default"
+)
+
+// harness holds a test's store and clock and the steps tests share.
+type harness struct {
+	t     *testing.T
+	s     store.Store
+	clock *ManualClock
+}
+
+func (h *harness) ctx() context.Context { return h.t.Context() }
+
+func (h *harness) tenant(id string) string {
+	h.t.Helper()
+	require.NoError(h.t, h.s.CreateTenant(h.ctx(), &store.CreateTenantParams{TenantID: id}))
+	return id
+}
+
+func (h *harness) start(tenant, id string) {
+	h.t.Helper()
+	_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: id, Name: "order", Version: "1",
+		Input: []byte(`{"n":1}`), Tags: map[string]string{"team": "a"},
+		Start: store.Message{Kind: kindStart, Payload: []byte(`{"input":{"n":1}}`)},
+	})
+	require.NoError(h.t, err)
+}
+
+func (h *harness) enqueue(tenant, id, payload string, delay time.Duration) {
+	h.t.Helper()
+	_, err := h.s.Enqueue(h.ctx(), &store.EnqueueParams{
+		TenantID: tenant, InstanceID: id, Message: store.Message{Kind: kindEvent, Payload: []byte(payload)}, Delay: delay,
+	})
+	require.NoError(h.t, err)
+}
+
+func (h *harness) fetch(tenant string) *store.OrchestrationItem {
+	h.t.Helper()
+	item, err := h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease})
+	require.NoError(h.t, err)
+	return item
+}
+
+func (h *harness) mustFetch(tenant, instance string) *store.OrchestrationItem {
+	h.t.Helper()
+	item := h.fetch(tenant)
+	require.NotNil(h.t, item, "expected work for %s", instance)
+	require.Equal(h.t, instance, item.Lease.InstanceID)
+	return item
+}
+
+// turn is an ack that consumes everything fetched and appends one history
+// event per message, as a dispatcher's turn would.
+func turn(item *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	p := &store.AckOrchestrationItemParams{
+		Lease:       item.Lease,
+		ExecutionID: item.Instance.CurrentExecutionID,
+		Status:      store.StatusRunning,
+	}
+	next := int64(len(item.History)) + 1
+	for _, m := range item.Messages {
+		p.MessageIDs = append(p.MessageIDs, m.ID)
+		p.History = append(p.History, store.HistoryEvent{EventID: next, Kind: "received_" + m.Kind, Payload: m.Payload})
+		next++
+	}
+	return p
+}
+
+func (h *harness) ack(p *store.AckOrchestrationItemParams) {
+	h.t.Helper()
+	require.NoError(h.t, h.s.AckOrchestrationItem(h.ctx(), p))
+}
+
+func (h *harness) instance(tenant, id string) *store.Instance {
+	h.t.Helper()
+	in, err := h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: id})
+	require.NoError(h.t, err)
+	return in
+}
+
+func (h *harness) history(tenant, id string, exec int64) []store.HistoryEvent {
+	h.t.Helper()
+	events, err := h.s.GetHistory(h.ctx(), &store.GetHistoryParams{TenantID: tenant, InstanceID: id, ExecutionID: exec})
+	require.NoError(h.t, err)
+	return events
+}
+
+// scheduleActivities runs the first turn of a new instance, which schedules
+// n activities with ids 2..n+1, and returns the instance's lease-free state.
+func (h *harness) scheduleActivities(tenant, id string, n int) {
+	h.t.Helper()
+	h.start(tenant, id)
+	item := h.mustFetch(tenant, id)
+	p := turn(item)
+	for i := range n {
+		activityID := int64(len(p.History)) + 1
+		p.History = append(p.History, store.HistoryEvent{EventID: activityID, Kind: "activity_scheduled"})
+		p.Activities = append(p.Activities, store.ActivityTask{
+			ActivityID: activityID, Name: fmt.Sprintf("charge-%d", i), TaskQueue: queue, Input: []byte(`{}`), Attempt: 1,
+		})
+	}
+	h.ack(p)
+}
+
+func (h *harness) fetchWork(tenant string) *store.WorkItem {
+	h.t.Helper()
+	w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease})
+	require.NoError(h.t, err)
+	return w
+}
+
+// cancel runs a turn on the instance that cancels the given activities.
+func (h *harness) cancel(tenant, id string, activityIDs ...int64) {
+	h.t.Helper()
+	h.enqueue(tenant, id, `"cancel"`, 0)
+	item := h.mustFetch(tenant, id)
+	p := turn(item)
+	p.CancelActivities = activityIDs
+	h.ack(p)
+}

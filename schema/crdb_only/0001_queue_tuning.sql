@@ -1,0 +1,20 @@
+-- CockroachDB only (applied when SELECT version() reports CockroachDB).
+
+-- Queue indexes are written at the head (visible_at ~ now); hash sharding spreads
+-- those writes over ranges instead of one hot range per tenant.
+CREATE INDEX IF NOT EXISTS orchestrator_queue_visible_sharded
+    ON orchestrator_queue (tenant_id, visible_at, instance_id) USING HASH;
+
+DROP INDEX IF EXISTS orchestrator_queue@orchestrator_queue_visible;
+
+CREATE INDEX IF NOT EXISTS worker_queue_visible_sharded
+    ON worker_queue (tenant_id, task_queue, visible_at) USING HASH;
+
+DROP INDEX IF EXISTS worker_queue@worker_queue_visible;
+
+-- Queue rows live for seconds; keep their MVCC garbage for minutes, not hours.
+ALTER TABLE orchestrator_queue CONFIGURE ZONE USING gc.ttlseconds = 600;
+
+ALTER TABLE worker_queue CONFIGURE ZONE USING gc.ttlseconds = 600;
+
+ALTER TABLE instance_locks CONFIGURE ZONE USING gc.ttlseconds = 600;

@@ -1,0 +1,154 @@
+// Package schema holds Orchard's SQL migrations and the migrator that applies
+// them. The common migrations use only SQL that both CockroachDB and PostgreSQL
+// accept (DESIGN §3); the files under crdb_only/ are applied only when the
+// server reports CockroachDB. Every statement is idempotent and runs on its
+// own, because CockroachDB commits DDL outside the surrounding transaction.
+//
+// The migrator never drops data and never takes locks that PostgreSQL and
+// CockroachDB treat differently; two processes migrating at once both succeed.
+package schema
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed migrations/*.sql crdb_only/*.sql
+var files embed.FS
+
+// Conn is what the migrator needs of a connection or pool.
+type Conn interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Migration is one file of statements.
+type Migration struct {
+	// Version names the migration in the version table: "0001_tables" for the
+	// common set, "crdb_only/0001_queue_tuning" for CockroachDB's extras.
+	Version    string
+	Statements []string
+}
+
+// Migrations lists the migrations that apply to a server, in order.
+func Migrations(cockroach bool) ([]Migration, error) {
+	dirs := []string{"migrations"}
+	if cockroach {
+		dirs = append(dirs, "crdb_only")
+	}
+	var out []Migration
+	for _, dir := range dirs {
+		entries, err := fs.ReadDir(files, dir)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(entries))
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			body, err := fs.ReadFile(files, path.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			version := strings.TrimSuffix(name, ".sql")
+			if dir != "migrations" {
+				version = dir + "/" + version
+			}
+			out = append(out, Migration{Version: version, Statements: splitStatements(string(body))})
+		}
+	}
+	return out, nil
+}
+
+// splitStatements cuts a file at the semicolons that end a line. Migrations
+// hold no semicolons inside strings, so nothing smarter is needed.
+func splitStatements(body string) []string {
+	var stmts []string
+	var cur strings.Builder
+	for line := range strings.SplitSeq(body, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "--") || (trimmed == "" && cur.Len() == 0) {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteString("\n")
+		if strings.HasSuffix(trimmed, ";") {
+			stmts = append(stmts, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		stmts = append(stmts, s)
+	}
+	return stmts
+}
+
+// IsCockroach reports whether the server behind conn is CockroachDB.
+func IsCockroach(ctx context.Context, conn Conn) (bool, error) {
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return false, fmt.Errorf("read server version: %w", err)
+	}
+	return strings.Contains(version, "CockroachDB"), nil
+}
+
+// Migrate applies every migration that the version table does not list yet
+// and returns the versions it applied.
+func Migrate(ctx context.Context, conn Conn) ([]string, error) {
+	cockroach, err := IsCockroach(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    TEXT NOT NULL PRIMARY KEY,
+		applied_at INT8 NOT NULL
+	)`); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	applied := map[string]bool{}
+	rows, err := conn.Query(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	migrations, err := Migrations(cockroach)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, m := range migrations {
+		if applied[m.Version] {
+			continue
+		}
+		for i, stmt := range m.Statements {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return done, fmt.Errorf("migration %s, statement %d: %w", m.Version, i+1, err)
+			}
+		}
+		if _, err := conn.Exec(ctx,
+			"INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
+			m.Version, time.Now().UnixMilli()); err != nil {
+			return done, fmt.Errorf("record migration %s: %w", m.Version, err)
+		}
+		done = append(done, m.Version)
+	}
+	return done, nil
+}
