@@ -1,0 +1,283 @@
+package crdb_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+)
+
+// Run with: make bench, or
+//   go test -run='^$' -bench=. -benchtime=3s ./pkg/store/crdb/
+
+// roundTrips counts what a pool sends: each plain query is one round trip
+// (BEGIN and COMMIT included), each batch is one round trip for all its
+// statements.
+type roundTrips struct {
+	trips, statements atomic.Int64
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if ctx.Value(inBatch{}) == nil {
+		r.trips.Add(1)
+		r.statements.Add(1)
+	}
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.trips.Add(1)
+	return context.WithValue(ctx, inBatch{}, true)
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	r.statements.Add(1)
+}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+type inBatch struct{}
+
+func benchStore(b *testing.B, conns int32) (*crdb.Store, *roundTrips, string) {
+	b.Helper()
+	url := testdb.URL(b)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = conns
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	s := crdb.New(pool, crdb.Options{})
+	if err := s.CreateTenant(context.Background(), &store.CreateTenantParams{TenantID: "bench"}); err != nil {
+		b.Fatal(err)
+	}
+	return s, trips, url
+}
+
+// runCallers splits b.N operations over callers goroutines.
+func runCallers(b *testing.B, callers int, op func(ctx context.Context) error) time.Duration {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	ctx := b.Context()
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := op(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return elapsed
+}
+
+// BenchmarkOrchestrationCycle measures fetch + ack of orchestration items.
+// Each turn consumes its messages, appends one history event and sends
+// itself the next message, so 512 instances always have work.
+func BenchmarkOrchestrationCycle(b *testing.B) {
+	for _, callers := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s, trips, url := benchStore(b, int32(callers)+2)
+			ctx := b.Context()
+			for i := range 512 {
+				_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+					TenantID: "bench", InstanceID: fmt.Sprintf("i-%04d", i), Name: "bench",
+					Start: store.Message{Kind: "start", Payload: []byte(`{}`)},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			trips.trips.Store(0)
+			trips.statements.Store(0)
+			var empty atomic.Int64
+			b.ResetTimer()
+			elapsed := runCallers(b, callers, func(ctx context.Context) error {
+				for {
+					item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "bench", LeaseDuration: time.Minute})
+					if err != nil {
+						return err
+					}
+					if item == nil {
+						empty.Add(1)
+						continue
+					}
+					ids := make([]string, len(item.Messages))
+					for i, m := range item.Messages {
+						ids[i] = m.ID
+					}
+					return s.AckOrchestrationItem(ctx, &store.AckOrchestrationItemParams{
+						Lease: item.Lease, ExecutionID: item.Instance.CurrentExecutionID, MessageIDs: ids,
+						History: []store.HistoryEvent{{EventID: int64(len(item.History)) + 1, Kind: "turn", Payload: []byte(`{}`)}},
+						Status:  store.StatusRunning,
+						Messages: []store.OutgoingMessage{{InstanceID: item.Lease.InstanceID,
+							Message: store.Message{Kind: "next", Payload: []byte(`{}`)}}},
+					})
+				}
+			})
+			b.StopTimer()
+			rate := float64(b.N) / elapsed.Seconds()
+			b.ReportMetric(rate, "cycles/s")
+			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
+			b.ReportMetric(float64(trips.statements.Load())/float64(b.N), "stmts/cycle")
+			b.ReportMetric(float64(empty.Load())/float64(b.N), "emptyfetch/cycle")
+			if tps := pgbenchInsertRate(b, url); tps > 0 {
+				b.ReportMetric(rate/tps, "x_pgbench_insert")
+			}
+		})
+	}
+}
+
+// BenchmarkWorkItemCycle measures fetch + ack of activity tasks; each ack
+// deletes the task and enqueues its result for the instance.
+func BenchmarkWorkItemCycle(b *testing.B) {
+	for _, callers := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			s, trips, url := benchStore(b, int32(callers)+2)
+			ctx := b.Context()
+			// Enough tasks for the whole run, scheduled by turns of 64 instances.
+			const instances = 64
+			perInstance := b.N/instances + 1
+			for i := range instances {
+				id := fmt.Sprintf("i-%04d", i)
+				_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+					TenantID: "bench", InstanceID: id, Name: "bench", Start: store.Message{Kind: "start"},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range instances {
+				item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "bench", LeaseDuration: time.Minute})
+				if err != nil || item == nil {
+					b.Fatal("no instance to schedule tasks on", err)
+				}
+				tasks := make([]store.ActivityTask, perInstance)
+				for j := range tasks {
+					tasks[j] = store.ActivityTask{ActivityID: int64(j + 1), Name: "work", TaskQueue: "q", Input: []byte(`{}`), Attempt: 1}
+				}
+				err = s.AckOrchestrationItem(ctx, &store.AckOrchestrationItemParams{
+					Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID},
+					Status: store.StatusRunning, Activities: tasks,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			trips.trips.Store(0)
+			trips.statements.Store(0)
+			b.ResetTimer()
+			elapsed := runCallers(b, callers, func(ctx context.Context) error {
+				w, err := s.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: "bench", TaskQueue: "q", LeaseDuration: time.Minute})
+				if err != nil {
+					return err
+				}
+				if w == nil {
+					return fmt.Errorf("the queue ran dry")
+				}
+				return s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
+			})
+			b.StopTimer()
+			rate := float64(b.N) / elapsed.Seconds()
+			b.ReportMetric(rate, "cycles/s")
+			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
+			b.ReportMetric(float64(trips.statements.Load())/float64(b.N), "stmts/cycle")
+			if tps := pgbenchInsertRate(b, url); tps > 0 {
+				b.ReportMetric(rate/tps, "x_pgbench_insert")
+			}
+		})
+	}
+}
+
+var pgbenchOnce struct {
+	sync.Once
+	tps float64
+	err error
+}
+
+// pgbenchInsertRate measures, once per run, the single-row INSERT commit
+// rate of the same throwaway server with pgbench: 16 clients, 2 threads,
+// 10 seconds, with the server's settings (synchronous_commit off, as in the
+// tests).
+func pgbenchInsertRate(b *testing.B, url string) float64 {
+	b.Helper()
+	if testdb.SharedServer(b).Cockroach {
+		b.Log("pgbench comparison only on PostgreSQL")
+		return 0
+	}
+	pgbenchOnce.Do(func() {
+		pgbenchOnce.tps, pgbenchOnce.err = runPgbench(url)
+	})
+	if pgbenchOnce.err != nil {
+		b.Fatalf("pgbench: %v", pgbenchOnce.err)
+	}
+	b.Logf("pgbench single-row INSERT, 16 clients: %.0f tps", pgbenchOnce.tps)
+	return pgbenchOnce.tps
+}
+
+func runPgbench(url string) (float64, error) {
+	bin, err := exec.LookPath("pgbench")
+	if err != nil {
+		matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+		if len(matches) == 0 {
+			return 0, fmt.Errorf("no pgbench binary")
+		}
+		bin = matches[len(matches)-1]
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS pgbench_insert (id UUID PRIMARY KEY DEFAULT gen_random_uuid(), v INT8 NOT NULL)`)
+	conn.Close(ctx)
+	if err != nil {
+		return 0, err
+	}
+	script, err := os.CreateTemp("", "pgbench-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(script.Name())
+	if _, err := script.WriteString("\\set v random(1, 1000000)\nINSERT INTO pgbench_insert (v) VALUES (:v);\n"); err != nil {
+		return 0, err
+	}
+	script.Close()
+	out, err := exec.Command(bin, "-n", "-c", "16", "-j", "2", "-T", "10", "-M", "prepared", "-f", script.Name(), url).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s", err, out)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no tps in output: %s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}

@@ -1,0 +1,182 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+func newTestStore(t *testing.T, opts Options) *Store {
+	t.Helper()
+	s := New(testdb.Pool(t, 8), opts)
+	_, err := s.pool.Exec(t.Context(), `CREATE TABLE counters (k TEXT PRIMARY KEY, v INT8 NOT NULL)`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(t.Context(), `CREATE TABLE doctors (name TEXT PRIMARY KEY, on_call BOOL NOT NULL)`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(t.Context(), `INSERT INTO counters VALUES ('x', 0)`)
+	require.NoError(t, err)
+	return s
+}
+
+// otherTx runs a whole conflicting transaction on its own connection.
+func otherTx(t *testing.T, s *Store, stmts ...string) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
+	require.NoError(t, err)
+	for _, stmt := range stmts {
+		_, err := tx.Exec(ctx, stmt)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+}
+
+type retryLog struct {
+	attempts []int
+	errs     []error
+}
+
+func (l *retryLog) hook(attempt int, err error) {
+	l.attempts = append(l.attempts, attempt)
+	l.errs = append(l.errs, err)
+}
+
+func is40001(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40001"
+}
+
+// A statement that conflicts with a transaction committed after ours began
+// fails with 40001; the helper runs the whole transaction again.
+func TestInTxRetriesStatementConflict(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	var log retryLog
+	s.onRetry = log.hook
+	calls := 0
+	err := s.inTx(t.Context(), func(tx pgx.Tx) error {
+		calls++
+		var v int64
+		if err := tx.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v); err != nil {
+			return err
+		}
+		if calls == 1 {
+			otherTx(t, s, `UPDATE counters SET v = v + 100 WHERE k = 'x'`)
+		}
+		_, err := tx.Exec(t.Context(), `UPDATE counters SET v = $1 WHERE k = 'x'`, v+1)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, calls)
+	require.Equal(t, []int{1}, log.attempts)
+	require.True(t, is40001(log.errs[0]), "retried for %v", log.errs[0])
+
+	var v int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
+	require.Equal(t, int64(101), v, "the write must be applied exactly once, on top of the other transaction's")
+}
+
+// Write skew: both transactions read the on-call roster and each takes a
+// doctor off call. The other commits first; ours learns of the conflict only
+// at COMMIT, and the helper must notice that error and run again.
+func TestInTxRetriesConflictAtCommit(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	_, err := s.pool.Exec(t.Context(), `INSERT INTO doctors VALUES ('alice', true), ('bob', true)`)
+	require.NoError(t, err)
+	var log retryLog
+	s.onRetry = log.hook
+	calls := 0
+	err = s.inTx(t.Context(), func(tx pgx.Tx) error {
+		calls++
+		var onCall int
+		if err := tx.QueryRow(t.Context(), `SELECT count(*) FROM doctors WHERE on_call`).Scan(&onCall); err != nil {
+			return err
+		}
+		if onCall < 2 {
+			return nil // someone must stay on call: nothing to do
+		}
+		if _, err := tx.Exec(t.Context(), `UPDATE doctors SET on_call = false WHERE name = 'alice'`); err != nil {
+			return err
+		}
+		if calls == 1 {
+			otherTx(t, s,
+				`SELECT count(*) FROM doctors WHERE on_call`,
+				`UPDATE doctors SET on_call = false WHERE name = 'bob'`)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, calls)
+	require.Len(t, log.errs, 1)
+	var ce *commitError
+	require.True(t, errors.As(log.errs[0], &ce), "the conflict was not raised at COMMIT: %v", log.errs[0])
+	require.True(t, is40001(log.errs[0]))
+
+	// The retry saw bob off call and did nothing: one doctor stays on call.
+	var onCall []string
+	rows, err := s.pool.Query(t.Context(), `SELECT name FROM doctors WHERE on_call ORDER BY name`)
+	require.NoError(t, err)
+	onCall, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice"}, onCall)
+}
+
+func TestInTxGivesUpWhenBudgetIsSpent(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{MaxAttempts: 3})
+	var log retryLog
+	s.onRetry = log.hook
+	calls := 0
+	err := s.inTx(t.Context(), func(tx pgx.Tx) error {
+		calls++
+		var v int64
+		if err := tx.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v); err != nil {
+			return err
+		}
+		otherTx(t, s, `UPDATE counters SET v = v + 100 WHERE k = 'x'`)
+		_, err := tx.Exec(t.Context(), `UPDATE counters SET v = $1 WHERE k = 'x'`, v+1)
+		return err
+	})
+	require.ErrorIs(t, err, store.ErrConflict)
+	require.True(t, is40001(err), "the last database error is kept: %v", err)
+	require.Equal(t, 3, calls)
+	require.Equal(t, []int{1, 2, 3}, log.attempts)
+
+	var v int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
+	require.Equal(t, int64(300), v, "none of our attempts may have written")
+}
+
+func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	calls := 0
+	err := s.inTx(t.Context(), func(tx pgx.Tx) error {
+		calls++
+		_, err := tx.Exec(t.Context(), `INSERT INTO counters VALUES ('x', 1)`)
+		return err
+	})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, store.ErrConflict)
+	require.Equal(t, 1, calls)
+
+	sentinel := errors.New("lease lost in the closure")
+	err = s.inTx(t.Context(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), `UPDATE counters SET v = 7 WHERE k = 'x'`); err != nil {
+			return err
+		}
+		return sentinel
+	})
+	require.ErrorIs(t, err, sentinel)
+	var v int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
+	require.Zero(t, v, "a closure's error must roll its writes back")
+}
