@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -176,8 +177,16 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 		"-c", "max_connections=400",
 		"-c", "shared_buffers=256MB",
 		"-c", "max_pred_locks_per_transaction=256",
+		// Queue tables churn: vacuum and analyze them often, or scans of
+		// their index heads wade through dead entries on stale statistics.
+		"-c", "autovacuum_naptime=1s",
 		// Behave like CockroachDB even for statements outside the transaction helper.
 		"-c", "default_transaction_isolation=serializable",
+	}
+	// Extra settings for a look inside, e.g.
+	// ORCHARD_TESTDB_SETTINGS="shared_preload_libraries=pg_stat_statements".
+	for _, kv := range strings.Fields(os.Getenv("ORCHARD_TESTDB_SETTINGS")) {
+		args = append(args, "-c", kv)
 	}
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")

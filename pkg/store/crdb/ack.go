@@ -9,40 +9,44 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// AckOrchestrationItem commits a turn in one transaction whose statements
-// travel in one batch: it releases the lease by compare-and-set (and rolls
-// everything back when that finds no lease), consumes the messages, appends
-// history, updates the execution and the instance, starts the next execution
-// on continue-as-new, creates children, enqueues messages and activity tasks,
-// and deletes the tasks of cancelled activities.
+// AckOrchestrationItem commits a turn in one transaction that travels in one
+// round trip. The turn's correctness rests on the lease, not on the
+// isolation level: every statement first pins the lease row (held by this
+// token and not expired) for the rest of the transaction and writes only if
+// it found it, and the last statement releases it, consumes the messages,
+// appends history, updates the execution and the instance, and reports
+// whether the lease was there. Either the lease was held and everything is
+// written, or it was not and nothing is.
+//
+// It runs READ COMMITTED: under SERIALIZABLE, PostgreSQL's predicate locks
+// (taken on whole index pages) make concurrent turns of neighbouring
+// instances abort each other constantly, though they share no row. A
+// concurrent delete or prune, which are SERIALIZABLE, still conflicts with
+// the turn on the lease row and its instance's rows, so one of them retries.
 func (s *Store) AckOrchestrationItem(ctx context.Context, p *store.AckOrchestrationItemParams) error {
 	if err := validateAck(p); err != nil {
 		return err
 	}
 	now := s.now()
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		// A fresh batch per attempt: pgx caches prepared statement
-		// descriptions in the queued queries, and a failed attempt
-		// deallocates them.
-		b := ackBatch(p, now)
-		br := tx.SendBatch(ctx, b)
-		tag, err := br.Exec()
-		if err != nil {
-			_ = br.Close()
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			_ = br.Close()
-			return leaseLost(p.Lease)
-		}
-		for i := 1; i < b.Len(); i++ {
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return fmt.Errorf("ack statement %d: %w", i+1, err)
+	statements := ackStatements(p)
+	var released int64
+	err := s.inBatchTx(ctx, pgx.ReadCommitted,
+		func(b *pgx.Batch) { queueAck(b, p, now) },
+		func(br pgx.BatchResults) error {
+			for i := range statements - 1 {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("ack statement %d: %w", i+1, err)
+				}
 			}
-		}
-		return br.Close()
-	})
+			return br.QueryRow().Scan(&released)
+		})
+	if err != nil {
+		return err
+	}
+	if released != 1 {
+		return leaseLost(p.Lease)
+	}
+	return nil
 }
 
 func validateAck(p *store.AckOrchestrationItemParams) error {
@@ -84,122 +88,171 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 	return nil
 }
 
-func ackBatch(p *store.AckOrchestrationItemParams, now int64) *pgx.Batch {
-	tenant, instance, exec := p.Lease.TenantID, p.Lease.InstanceID, p.ExecutionID
-	b := &pgx.Batch{}
-	// 1. The lease, released by compare-and-set: must affect exactly one row.
-	b.Queue(`DELETE FROM instance_locks
-		WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
-		tenant, instance, p.Lease.Token, now)
+// pinLease opens every statement of an ack but the last: it finds the lease
+// (held by this token, not expired) and locks its row until the transaction
+// ends, so that no claim's compare-and-set and no delete can change it under
+// the statements that follow. The statement's writes are conditioned on
+// leaseHeld. $1..$4 are always tenant, instance, lock token and now.
+const (
+	pinLease = `lease AS (
+	SELECT 1 FROM instance_locks
+	WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4
+	FOR UPDATE
+)`
+	leaseHeld = `EXISTS (SELECT 1 FROM lease)`
+)
 
-	if len(p.MessageIDs) > 0 {
-		b.Queue(`DELETE FROM orchestrator_queue WHERE tenant_id = $1 AND instance_id = $2 AND id = ANY($3::UUID[])`,
-			tenant, instance, p.MessageIDs)
+// ackStatements is the number of statements queueAck queues.
+func ackStatements(p *store.AckOrchestrationItemParams) int {
+	n := 1 + len(p.Children)
+	if p.ContinueAsNew != nil {
+		n++
 	}
-	if n := len(p.History); n > 0 {
-		ids, kinds, payloads := make([]int64, n), make([]string, n), make([][]byte, n)
-		for i, ev := range p.History {
-			ids[i], kinds[i], payloads[i] = ev.EventID, ev.Kind, ev.Payload
-		}
-		b.Queue(`INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, payload, created_at)
-			SELECT $1, $2, $3, u.event_id, u.kind, u.payload, $7
-			FROM unnest($4::INT8[], $5::TEXT[], $6::BYTEA[]) AS u (event_id, kind, payload)`,
-			tenant, instance, exec, ids, kinds, payloads, now)
+	if len(p.Messages) > 0 || len(p.Activities) > 0 {
+		n++
 	}
+	if len(p.CancelActivities) > 0 {
+		n++
+	}
+	return n
+}
 
-	var completedAt *int64
-	if p.Status != store.StatusRunning {
-		completedAt = &now
-	}
-	var errText *string
-	if p.Error != "" {
-		errText = &p.Error
-	}
-	b.Queue(`UPDATE executions SET status = $4, output = $5, error = $6, completed_at = $7,
-			event_count = event_count + $8
-		WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $3`,
-		tenant, instance, exec, string(p.Status), p.Output, errText, completedAt, len(p.History))
+func queueAck(b *pgx.Batch, p *store.AckOrchestrationItemParams, now int64) {
+	tenant, instance, token, exec := p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, p.ExecutionID
 
 	if next := p.ContinueAsNew; next != nil {
 		b.Queue(`
-WITH e AS (
+WITH `+pinLease+`, e AS (
 	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
-	VALUES ($1, $2, $3, 'Running', $4, $5)
+	SELECT $1, $2, $5, 'Running', $6, $4 WHERE `+leaseHeld+`
 	RETURNING execution_id
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, $2, execution_id, $6, $7, $5, $5 FROM e`,
-			tenant, instance, exec+1, next.Input, now, next.Start.Kind, next.Start.Payload)
-		b.Queue(`UPDATE instances SET status = 'Running', completed_at = NULL, updated_at = $3,
-				current_execution_id = $4, execution_count = execution_count + 1, event_count = event_count + $5
-			WHERE tenant_id = $1 AND instance_id = $2`,
-			tenant, instance, now, exec+1, len(p.History))
-	} else {
-		var instCompletedAt *int64
-		if p.Status.Terminal() {
-			instCompletedAt = &now
-		}
-		b.Queue(`UPDATE instances SET status = $3, completed_at = $4, updated_at = $5, event_count = event_count + $6
-			WHERE tenant_id = $1 AND instance_id = $2`,
-			tenant, instance, string(p.Status), instCompletedAt, now, len(p.History))
+SELECT $1, $2, execution_id, $7, $8, $4, $4 FROM e`,
+			tenant, instance, token, now, exec+1, next.Input, next.Start.Kind, next.Start.Payload)
 	}
 
-	if n := len(p.Messages); n > 0 {
+	if len(p.Messages) > 0 || len(p.Activities) > 0 {
+		n := len(p.Messages)
 		targets, execs, kinds, payloads, visible := make([]string, n), make([]int64, n), make([]string, n), make([][]byte, n), make([]int64, n)
 		for i, m := range p.Messages {
 			targets[i], execs[i], kinds[i], payloads[i] = m.InstanceID, m.ExecutionID, m.Message.Kind, m.Message.Payload
 			visible[i] = now + m.Delay.Milliseconds()
 		}
-		b.Queue(`INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-			SELECT $1, u.instance_id, u.execution_id, u.kind, u.payload, u.visible_at, $7
-			FROM unnest($2::TEXT[], $3::INT8[], $4::TEXT[], $5::BYTEA[], $6::INT8[])
-				AS u (instance_id, execution_id, kind, payload, visible_at)`,
-			tenant, targets, execs, kinds, payloads, visible, now)
+		k := len(p.Activities)
+		ids, names, queues, inputs, attempts, taskVisible := make([]int64, k), make([]string, k), make([]string, k), make([][]byte, k), make([]int64, k), make([]int64, k)
+		for i, a := range p.Activities {
+			ids[i], names[i], queues[i], inputs[i] = a.ActivityID, a.Name, a.TaskQueue, a.Input
+			attempts[i] = int64(max(a.Attempt, 1))
+			taskVisible[i] = now + a.Delay.Milliseconds()
+		}
+		b.Queue(`
+WITH `+pinLease+`, tasks AS (
+	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
+		input, attempt, visible_at, created_at)
+	SELECT $1, $2, $5, u.activity_id, u.name, u.task_queue, u.input, u.attempt, u.visible_at, $4
+	FROM unnest($6::INT8[], $7::TEXT[], $8::TEXT[], $9::BYTEA[], $10::INT8[], $11::INT8[])
+		AS u (activity_id, name, task_queue, input, attempt, visible_at)
+	WHERE `+leaseHeld+`
+	RETURNING 1
+)
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+SELECT $1, u.instance_id, u.execution_id, u.kind, u.payload, u.visible_at, $4
+FROM unnest($12::TEXT[], $13::INT8[], $14::TEXT[], $15::BYTEA[], $16::INT8[])
+	AS u (instance_id, execution_id, kind, payload, visible_at)
+WHERE `+leaseHeld,
+			tenant, instance, token, now, exec,
+			ids, names, queues, inputs, attempts, taskVisible,
+			targets, execs, kinds, payloads, visible)
+	}
+
+	if len(p.CancelActivities) > 0 {
+		b.Queue(`WITH `+pinLease+`
+DELETE FROM worker_queue
+WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $5 AND activity_id = ANY($6::INT8[])
+	AND `+leaseHeld,
+			tenant, instance, token, now, exec, p.CancelActivities)
 	}
 
 	for _, c := range p.Children {
 		// The child, its first execution and its start message; or, when
 		// the id is taken, the if-taken message to this instance.
 		b.Queue(`
-WITH i AS (
+WITH `+pinLease+`, i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		parent_instance_id, root_instance_id, created_at, updated_at, input, tags, execution_count, event_count)
-	SELECT $1, $4, $5, $6, 1, 'Running', $2, root_instance_id, $7, $7, $8, $9, 1, 0
-	FROM instances WHERE tenant_id = $1 AND instance_id = $2
+	SELECT $1, $6, $7, $8, 1, 'Running', $2, root_instance_id, $4, $4, $9, $10, 1, 0
+	FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND `+leaseHeld+`
 	ON CONFLICT (tenant_id, instance_id) DO NOTHING
 	RETURNING instance_id
 ), e AS (
 	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
-	SELECT $1, instance_id, 1, 'Running', $8, $7 FROM i
+	SELECT $1, instance_id, 1, 'Running', $9, $4 FROM i
 	RETURNING instance_id
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, instance_id, 1, $10::TEXT, $11::BYTEA, $7, $7 FROM i
+SELECT $1, instance_id, 1, $11::TEXT, $12::BYTEA, $4, $4 FROM i
 UNION ALL
-SELECT $1, $2, $3, $12::TEXT, $13::BYTEA, $7, $7 WHERE NOT EXISTS (SELECT 1 FROM i)`,
-			tenant, instance, exec, c.InstanceID, c.Name, c.Version, now, c.Input, tagsOf(c.Tags),
+SELECT $1, $2, $5, $13::TEXT, $14::BYTEA, $4, $4 WHERE NOT EXISTS (SELECT 1 FROM i) AND `+leaseHeld,
+			tenant, instance, token, now, exec, c.InstanceID, c.Name, c.Version, c.Input, tagsOf(c.Tags),
 			c.Start.Kind, c.Start.Payload, c.IfTaken.Kind, c.IfTaken.Payload)
 	}
 
-	if n := len(p.Activities); n > 0 {
-		ids, names, queues, inputs, attempts, visible := make([]int64, n), make([]string, n), make([]string, n), make([][]byte, n), make([]int64, n), make([]int64, n)
-		for i, a := range p.Activities {
-			ids[i], names[i], queues[i], inputs[i] = a.ActivityID, a.Name, a.TaskQueue, a.Input
-			attempts[i] = int64(max(a.Attempt, 1))
-			visible[i] = now + a.Delay.Milliseconds()
-		}
-		b.Queue(`INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
-				input, attempt, visible_at, created_at)
-			SELECT $1, $2, $3, u.activity_id, u.name, u.task_queue, u.input, u.attempt, u.visible_at, $10
-			FROM unnest($4::INT8[], $5::TEXT[], $6::TEXT[], $7::BYTEA[], $8::INT8[], $9::INT8[])
-				AS u (activity_id, name, task_queue, input, attempt, visible_at)`,
-			tenant, instance, exec, ids, names, queues, inputs, attempts, visible, now)
+	// Last: release the lease and write the turn's own rows, conditioned on
+	// the release; the count says whether the lease was held.
+	n := len(p.History)
+	eventIDs, kinds, payloads := make([]int64, n), make([]string, n), make([][]byte, n)
+	for i, ev := range p.History {
+		eventIDs[i], kinds[i], payloads[i] = ev.EventID, ev.Kind, ev.Payload
 	}
-
-	if len(p.CancelActivities) > 0 {
-		b.Queue(`DELETE FROM worker_queue
-			WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $3 AND activity_id = ANY($4::INT8[])`,
-			tenant, instance, exec, p.CancelActivities)
+	var completedAt, instCompletedAt *int64
+	if p.Status != store.StatusRunning {
+		completedAt = &now
 	}
-	return b
+	if p.Status.Terminal() {
+		instCompletedAt = &now
+	}
+	var errText *string
+	if p.Error != "" {
+		errText = &p.Error
+	}
+	instStatus, currentExec, newExecutions := p.Status, exec, 0
+	if p.ContinueAsNew != nil {
+		instStatus, currentExec, newExecutions = store.StatusRunning, exec+1, 1
+	}
+	messageIDs := p.MessageIDs
+	if messageIDs == nil {
+		messageIDs = []string{}
+	}
+	b.Queue(`
+WITH lease AS (
+	DELETE FROM instance_locks
+	WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4
+	RETURNING instance_id
+), consumed AS (
+	DELETE FROM orchestrator_queue
+	WHERE tenant_id = $1 AND instance_id = $2 AND id = ANY($6::UUID[]) AND EXISTS (SELECT 1 FROM lease)
+	RETURNING 1
+), appended AS (
+	INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, payload, created_at)
+	SELECT $1, $2, $5, u.event_id, u.kind, u.payload, $4
+	FROM unnest($7::INT8[], $8::TEXT[], $9::BYTEA[]) AS u (event_id, kind, payload)
+	WHERE EXISTS (SELECT 1 FROM lease)
+	RETURNING 1
+), execution AS (
+	UPDATE executions SET status = $10, output = $11, error = $12, completed_at = $13,
+		event_count = event_count + $14
+	WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $5 AND EXISTS (SELECT 1 FROM lease)
+	RETURNING 1
+), instance AS (
+	UPDATE instances SET status = $15, completed_at = $16, updated_at = $4, current_execution_id = $17,
+		execution_count = execution_count + $18, event_count = event_count + $14
+	WHERE tenant_id = $1 AND instance_id = $2 AND EXISTS (SELECT 1 FROM lease)
+	RETURNING 1
+)
+SELECT count(*) FROM lease`,
+		tenant, instance, token, now, exec, messageIDs,
+		eventIDs, kinds, payloads,
+		string(p.Status), p.Output, errText, completedAt, int64(n),
+		string(instStatus), instCompletedAt, currentExec, newExecutions)
 }

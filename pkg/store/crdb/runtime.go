@@ -1,9 +1,11 @@
 package crdb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,7 +17,7 @@ import (
 // claimWindow is how many of the oldest visible messages a fetch chooses
 // among at random, so that concurrent dispatchers rarely reach for the same
 // instance.
-const claimWindow = 16
+const claimWindow = 32
 
 // StartOrchestration creates the instance, execution 1 and the start message
 // in one statement.
@@ -195,28 +197,54 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 }
 
 // The claim statements lease one instance that has visible messages and no
-// live lease, in one round trip: pick among the oldest visible messages at
-// random, then insert the lease, or take over an expired one by
-// compare-and-set. Zero rows back means another dispatcher won the race.
+// live lease, in one statement: pick at random among the instances of the
+// oldest messages (so that concurrent dispatchers rarely reach for the same
+// one), then insert the lease, or take over an expired one by
+// compare-and-set, and return the instance (or NULLs for a zombie). Zero
+// rows back means another dispatcher won the race.
+//
+// The window is read in index order without a range predicate, so that the
+// plan is an index scan that stops after claimWindow entries whatever the
+// statistics say; only when every instance in the window is leased does the
+// second branch look deeper. UNION ALL under LIMIT 1 runs the second branch
+// only when the first finds nothing.
 const claimCandidates = `
-cand AS (
-	SELECT w.tenant_id, w.instance_id FROM (
-		SELECT q.tenant_id, q.instance_id FROM orchestrator_queue q
-		WHERE q.tenant_id = %s AND q.visible_at <= $1
-			AND NOT EXISTS (SELECT 1 FROM instance_locks l
-				WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1)
-		ORDER BY q.visible_at
-		LIMIT %d
-	) w
+win AS (
+	SELECT q.tenant_id, q.instance_id, q.visible_at FROM orchestrator_queue q
+	WHERE q.tenant_id = %[1]s
+	ORDER BY q.visible_at
+	LIMIT %[2]d
+), cand AS (
+	(SELECT w.tenant_id, w.instance_id FROM win w
+	WHERE w.visible_at <= $1
+		AND NOT EXISTS (SELECT 1 FROM instance_locks l
+			WHERE l.tenant_id = w.tenant_id AND l.instance_id = w.instance_id AND l.locked_until > $1)
 	ORDER BY random()
+	LIMIT 1)
+	UNION ALL
+	(SELECT q.tenant_id, q.instance_id FROM orchestrator_queue q
+	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1
+		AND NOT EXISTS (SELECT 1 FROM instance_locks l
+			WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1)
+	ORDER BY q.visible_at
+	LIMIT 1)
 	LIMIT 1
+), claimed AS (
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
+	SELECT tenant_id, instance_id, $2, $3 FROM cand
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE
+		SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
+		WHERE instance_locks.locked_until <= $1
+	RETURNING tenant_id, instance_id
 )
-INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
-SELECT tenant_id, instance_id, $2, $3 FROM cand
-ON CONFLICT (tenant_id, instance_id) DO UPDATE
-	SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
-	WHERE instance_locks.locked_until <= $1
-RETURNING tenant_id, instance_id`
+SELECT c.tenant_id, c.instance_id, i.instance_id IS NOT NULL,
+	i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count
+FROM claimed c
+LEFT JOIN instances i ON i.tenant_id = c.tenant_id AND i.instance_id = c.instance_id
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id`
 
 var (
 	claimForTenant = "WITH " + fmt.Sprintf(claimCandidates, "$4", claimWindow)
@@ -239,38 +267,111 @@ func (s *Store) FetchOrchestrationItem(ctx context.Context, p *store.FetchOrches
 	if p.LeaseDuration <= 0 {
 		return nil, invalid("lease duration must be positive")
 	}
-	// A few rounds: a round ends early when the claim loses a race or
-	// finds only zombie messages.
+	// A few rounds: a round ends early when the claim finds only zombie
+	// messages, or messages consumed under its nose.
 	for range 8 {
-		item, zombie, err := s.fetchOnce(ctx, p)
-		if err != nil || !zombie {
+		item, again, err := s.fetchOnce(ctx, p)
+		if err != nil || !again {
 			return item, err
 		}
 	}
 	return nil, nil
 }
 
-func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemParams) (item *store.OrchestrationItem, zombie bool, err error) {
+// leasedInputs follows a claim in the same round trip: the current
+// execution's history ('h' rows, by event id) and the visible messages ('m'
+// rows, oldest first) of the instance leased under token $1.
+const leasedInputs = `
+(SELECT 'h', '', h.event_id, h.kind, h.payload, h.created_at, 0
+FROM instance_locks l
+JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id
+JOIN history h ON h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id
+	AND h.execution_id = i.current_execution_id
+WHERE l.lock_token = $1)
+UNION ALL
+(SELECT 'm', q.id::TEXT, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at
+FROM instance_locks l
+JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+WHERE l.lock_token = $1 AND q.visible_at <= $2
+ORDER BY q.visible_at, q.created_at, q.id
+LIMIT $3)`
+
+// fetchOnce claims an instance and reads its turn's inputs in one round
+// trip, as one READ COMMITTED transaction. The claim is a compare-and-set on
+// instance_locks, correct at any isolation level; under SERIALIZABLE on
+// PostgreSQL, claims and acks would abort each other on predicate locks of
+// the queue's index pages for no gain. (CockroachDB runs it SERIALIZABLE
+// unless read committed is enabled on the cluster, and is just as correct.)
+func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemParams) (item *store.OrchestrationItem, again bool, err error) {
 	now := s.now()
 	token := uuid.NewString()
 	until := now + p.LeaseDuration.Milliseconds()
-	var tenantID, instanceID string
-	err = s.retry(ctx, func(ctx context.Context) error {
-		tenantID, instanceID = "", ""
-		var row pgx.Row
+	var (
+		tenantID, instanceID string
+		in                   *store.Instance
+		history              []store.HistoryEvent
+		messages             []store.QueuedMessage
+	)
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		if p.TenantID != "" {
-			row = s.pool.QueryRow(ctx, claimForTenant, now, token, until, p.TenantID)
+			b.Queue(claimForTenant, now, token, until, p.TenantID)
 		} else {
 			s.mu.Lock()
 			after := s.orchestratorTurn
 			s.mu.Unlock()
-			row = s.pool.QueryRow(ctx, claimForAnyTenant, now, token, until, after)
+			b.Queue(claimForAnyTenant, now, token, until, after)
 		}
-		err := row.Scan(&tenantID, &instanceID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
+		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
+	}, func(br pgx.BatchResults) error {
+		tenantID, instanceID, in, history, messages = "", "", nil, nil, nil
+		var exists bool
+		var status, name, version, root *string
+		var execID, createdAt, updatedAt, execCount, eventCount *int64
+		var completedAt *int64
+		candidate := store.Instance{}
+		err := br.QueryRow().Scan(&tenantID, &instanceID, &exists, &name, &version, &status, &execID,
+			&candidate.ParentInstanceID, &root, &candidate.Input, &candidate.Output, &candidate.Error,
+			&candidate.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
 		}
-		return err
+		if exists {
+			candidate.TenantID, candidate.InstanceID = tenantID, instanceID
+			candidate.Name, candidate.Version, candidate.Status = *name, *version, store.Status(*status)
+			candidate.CurrentExecutionID, candidate.RootInstanceID = *execID, *root
+			candidate.CreatedAt, candidate.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
+			candidate.CompletedAt = fromNullMillis(completedAt)
+			candidate.ExecutionCount, candidate.EventCount = *execCount, *eventCount
+			in = &candidate
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var source, id, kind string
+			var num, t1, t2 int64
+			var payload []byte
+			if err := rows.Scan(&source, &id, &num, &kind, &payload, &t1, &t2); err != nil {
+				return err
+			}
+			if source == "h" {
+				history = append(history, store.HistoryEvent{EventID: num, Kind: kind, Payload: payload, CreatedAt: fromMillis(t1)})
+			} else {
+				messages = append(messages, store.QueuedMessage{ID: id, InstanceID: instanceID, ExecutionID: num,
+					Message: store.Message{Kind: kind, Payload: payload}, VisibleAt: fromMillis(t1), CreatedAt: fromMillis(t2)})
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// UNION ALL keeps no order across its branches: put each in its own.
+		slices.SortFunc(history, func(a, b store.HistoryEvent) int { return cmp.Compare(a.EventID, b.EventID) })
+		slices.SortStableFunc(messages, func(a, b store.QueuedMessage) int {
+			return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		})
+		return nil
 	})
 	if err != nil || instanceID == "" {
 		return nil, false, err
@@ -281,52 +382,17 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		s.mu.Unlock()
 	}
 	lease := store.OrchestrationLease{TenantID: tenantID, InstanceID: instanceID, Token: token, ExpiresAt: fromMillis(until)}
-
-	// We hold the lease: nobody else changes this instance until we ack,
-	// abandon or lose it. The three reads travel in one round trip.
-	var in *store.Instance
-	var history []store.HistoryEvent
-	var messages []store.QueuedMessage
-	err = s.retry(ctx, func(ctx context.Context) error {
-		b := &pgx.Batch{}
-		b.Queue(selectInstance, tenantID, instanceID)
-		b.Queue(selectHistory, tenantID, instanceID, 0)
-		b.Queue(`SELECT id::TEXT, execution_id, kind, payload, visible_at, created_at FROM orchestrator_queue
-			WHERE tenant_id = $1 AND instance_id = $2 AND visible_at <= $3
-			ORDER BY visible_at, created_at, id LIMIT $4`, tenantID, instanceID, now, s.opts.MaxMessagesPerTurn)
-		br := s.pool.SendBatch(ctx, b)
-		defer br.Close()
-		var err error
-		in, err = scanInstance(tenantID, br.QueryRow())
-		if errors.Is(err, pgx.ErrNoRows) {
-			in = nil
-		} else if err != nil {
-			return err
-		}
-		if history, err = scanHistory(br); err != nil {
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		messages, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.QueuedMessage, error) {
-			m := store.QueuedMessage{InstanceID: instanceID}
-			var visibleAt, createdAt int64
-			err := row.Scan(&m.ID, &m.ExecutionID, &m.Kind, &m.Payload, &visibleAt, &createdAt)
-			m.VisibleAt, m.CreatedAt = fromMillis(visibleAt), fromMillis(createdAt)
-			return m, err
-		})
-		if err != nil {
-			return err
-		}
-		return br.Close()
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	if in == nil {
+	switch {
+	case in == nil:
 		return nil, true, s.consumeZombies(ctx, lease, messages)
+	case len(messages) == 0:
+		// Another dispatcher consumed them between our candidate scan and
+		// our claim: let go and look again.
+		err := s.AbandonOrchestrationItem(ctx, &store.AbandonOrchestrationItemParams{Lease: lease})
+		if errors.Is(err, store.ErrLeaseLost) {
+			err = nil
+		}
+		return nil, true, err
 	}
 	return &store.OrchestrationItem{Lease: lease, Instance: *in, History: history, Messages: messages}, false, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,54 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 			return &commitError{err: err}
 		}
 		return nil
+	})
+}
+
+// inBatchTx runs a transaction whose statements all travel to the server in
+// one round trip: BEGIN ISOLATION LEVEL iso, the statements build queues, and
+// COMMIT, pipelined as one batch. read consumes the results of the queued
+// statements, in order. A failing statement aborts the transaction (the
+// server skips the rest of the pipeline, COMMIT included) and a failure at
+// COMMIT is reported as such; serialization failures and deadlocks run the
+// whole transaction again, like inTx.
+//
+// Because COMMIT is already on its way, the statements must be written so
+// that committing them is always right: a statement whose precondition may
+// not hold (a lease) carries that precondition in its WHERE clause, and read
+// reports what happened. build and read run once per attempt and must not
+// carry state between attempts.
+func (s *Store) inBatchTx(ctx context.Context, iso pgx.TxIsoLevel, build func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
+	return s.retry(ctx, func(ctx context.Context) error {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		b := &pgx.Batch{}
+		b.Queue("BEGIN ISOLATION LEVEL " + strings.ToUpper(string(iso)))
+		build(b)
+		b.Queue("COMMIT")
+		br := conn.SendBatch(ctx, b)
+		err = func() error {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			if err := read(br); err != nil {
+				return err
+			}
+			if _, err := br.Exec(); err != nil {
+				return &commitError{err: err}
+			}
+			return nil
+		}()
+		if closeErr := br.Close(); err == nil && closeErr != nil {
+			err = closeErr
+		}
+		if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
+			// The failed transaction is still open on this connection.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return err
 	})
 }
 

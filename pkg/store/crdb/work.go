@@ -52,20 +52,22 @@ func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams)
 	until := now + p.LeaseDuration.Milliseconds()
 	token := uuid.NewString()
 	var item *store.WorkItem
-	err := s.retry(ctx, func(ctx context.Context) error {
-		item = nil
-		var row pgx.Row
+	// READ COMMITTED, like the orchestration claim: the claim is a
+	// compare-and-set on the row and SKIP LOCKED keeps callers apart.
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		if p.TenantID != "" {
-			row = s.pool.QueryRow(ctx, workClaimForTenant, p.TaskQueue, now, token, until, p.TenantID)
+			b.Queue(workClaimForTenant, p.TaskQueue, now, token, until, p.TenantID)
 		} else {
 			s.mu.Lock()
 			after := s.workerTurn[p.TaskQueue]
 			s.mu.Unlock()
-			row = s.pool.QueryRow(ctx, workClaimForAnyTenant, p.TaskQueue, now, token, until, after)
+			b.Queue(workClaimForAnyTenant, p.TaskQueue, now, token, until, after)
 		}
+	}, func(br pgx.BatchResults) error {
+		item = nil
 		w := store.WorkItem{Lease: store.WorkLease{Token: token, ExpiresAt: fromMillis(until)}}
 		var attempt, createdAt int64
-		err := row.Scan(&w.Lease.TenantID, &w.Lease.ID, &w.InstanceID, &w.ExecutionID, &w.ActivityID,
+		err := br.QueryRow().Scan(&w.Lease.TenantID, &w.Lease.ID, &w.InstanceID, &w.ExecutionID, &w.ActivityID,
 			&w.Name, &w.TaskQueue, &w.Input, &attempt, &createdAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -126,27 +128,26 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	}
 	now := s.now()
 	var done bool
-	err := s.retry(ctx, func(ctx context.Context) error {
-		var tag interface{ RowsAffected() int64 }
-		var err error
+	// One statement, atomic at any isolation level; READ COMMITTED spares it
+	// serialization failures against turns that only share index pages.
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		if p.Result == nil {
-			tag, err = s.pool.Exec(ctx, `DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3`,
+			b.Queue(`DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3`,
 				p.Lease.TenantID, p.Lease.ID, p.Lease.Token)
-		} else {
-			tag, err = s.pool.Exec(ctx, `
+			return
+		}
+		b.Queue(`
 WITH done AS (
 	DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3
 	RETURNING instance_id, execution_id
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, instance_id, execution_id, $4, $5, $6, $6 FROM done`,
-				p.Lease.TenantID, p.Lease.ID, p.Lease.Token, p.Result.Kind, p.Result.Payload, now)
-		}
-		if err != nil {
-			return err
-		}
+			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, p.Result.Kind, p.Result.Payload, now)
+	}, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
 		done = tag.RowsAffected() == 1
-		return nil
+		return err
 	})
 	if err != nil {
 		return err
