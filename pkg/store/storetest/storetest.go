@@ -144,6 +144,22 @@ func (h *harness) mustFetch(tenant, instance string) *store.OrchestrationItem {
 	return item
 }
 
+// fetchInstance fetches until it leases the given instance, letting go of
+// the others it gets: fetches pick at random among the oldest work.
+func (h *harness) fetchInstance(tenant, instance string) *store.OrchestrationItem {
+	h.t.Helper()
+	for range 100 {
+		item := h.fetch(tenant)
+		require.NotNil(h.t, item, "expected work for %s", instance)
+		if item.Lease.InstanceID == instance {
+			return item
+		}
+		require.NoError(h.t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: item.Lease}))
+	}
+	h.t.Fatalf("never fetched %s", instance)
+	return nil
+}
+
 // turn is an ack that consumes everything fetched and appends one history
 // event per message, as a dispatcher's turn would.
 func turn(item *store.OrchestrationItem) *store.AckOrchestrationItemParams {
@@ -185,7 +201,7 @@ func (h *harness) history(tenant, id string, exec int64) []store.HistoryEvent {
 func (h *harness) scheduleActivities(tenant, id string, n int) {
 	h.t.Helper()
 	h.start(tenant, id)
-	item := h.mustFetch(tenant, id)
+	item := h.fetchInstance(tenant, id)
 	p := turn(item)
 	for i := range n {
 		activityID := int64(len(p.History)) + 1
