@@ -1,0 +1,457 @@
+package engine
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/interpreter"
+)
+
+// Limits on definitions and on the evaluation of their expressions.
+const (
+	// MaxDefinitionSize is the largest definition document, in bytes.
+	MaxDefinitionSize = 1 << 20
+	// MaxSteps is the largest number of steps in a definition, nested steps included.
+	MaxSteps = 1000
+	// MaxDepth is the deepest nesting of parallel, race and for_each steps.
+	MaxDepth = 8
+	// MaxExpressionSize is the longest expression between ${ and }, in bytes.
+	MaxExpressionSize = 2048
+	// MaxExpressionCost is the CEL runtime cost an evaluation may spend before it fails.
+	MaxExpressionCost = 100_000
+)
+
+// celEnvs holds the two CEL environments: one for expressions outside any for_each body,
+// one inside (with item and index declared). Both are built once per process.
+var celEnvs = sync.OnceValues(func() ([2]*cel.Env, error) {
+	common := []cel.EnvOption{
+		cel.Variable("input", cel.DynType),
+		cel.Variable("vars", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("steps", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("instance", cel.MapType(cel.StringType, cel.DynType)),
+		cel.CustomTypeAdapter(celAdapter),
+		cel.ParserExpressionSizeLimit(MaxExpressionSize),
+		cel.ParserRecursionLimit(50),
+	}
+	outside, err := cel.NewEnv(common...)
+	if err != nil {
+		return [2]*cel.Env{}, err
+	}
+	inside, err := outside.Extend(cel.Variable("item", cel.DynType), cel.Variable("index", cel.IntType))
+	if err != nil {
+		return [2]*cel.Env{}, err
+	}
+	return [2]*cel.Env{outside, inside}, nil
+})
+
+// expression is one compiled ${ ... } expression.
+type expression struct {
+	source  string
+	program cel.Program
+}
+
+// compileExpression compiles src for use inside (loop) or outside a for_each body and
+// returns the step ids it refers to through steps.<id> or steps["id"].
+func compileExpression(src string, loop bool) (*expression, []string, error) {
+	if len(src) > MaxExpressionSize {
+		return nil, nil, fmt.Errorf("expression is longer than %d bytes", MaxExpressionSize)
+	}
+	envs, err := celEnvs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("expression environment: %w", err)
+	}
+	env := envs[0]
+	if loop {
+		env = envs[1]
+	}
+	ast, issues := env.Compile(src)
+	if issues != nil && issues.Err() != nil {
+		return nil, nil, fmt.Errorf("invalid expression %q: %s", src, oneLine(issues.Err().Error()))
+	}
+	opts := []cel.ProgramOption{cel.CustomDecoratorV2(sortMapLiterals)}
+	// Runtime cost tracking costs allocations on every evaluation; an expression whose
+	// worst case, estimated with every size unknown, stays under the limit needs none.
+	if est, err := env.EstimateCost(ast, unknownSizes{}); err != nil || est.Max > MaxExpressionCost {
+		opts = append(opts, cel.CostLimit(MaxExpressionCost))
+	}
+	prg, err := env.Program(ast, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("invalid expression %q: %s", src, oneLine(err.Error()))
+	}
+	return &expression{source: src, program: prg}, stepReferences(ast.NativeRep()), nil
+}
+
+// unknownSizes leaves every size to the worst case in cost estimates.
+type unknownSizes struct{}
+
+func (unknownSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+func (unknownSizes) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// stepReferences lists the ids named by steps.<id> and steps["<id>"] in a checked AST.
+func stepReferences(a *celast.AST) []string {
+	var ids []string
+	celast.PreOrderVisit(a.Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			sel := e.AsSelect()
+			if sel.Operand().Kind() == celast.IdentKind && sel.Operand().AsIdent() == "steps" {
+				ids = append(ids, sel.FieldName())
+			}
+		case celast.CallKind:
+			call := e.AsCall()
+			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 {
+				return
+			}
+			operand, key := call.Args()[0], call.Args()[1]
+			if operand.Kind() == celast.IdentKind && operand.AsIdent() == "steps" && key.Kind() == celast.LiteralKind {
+				if s, ok := key.AsLiteral().(types.String); ok {
+					ids = append(ids, string(s))
+				}
+			}
+		}
+	}))
+	return ids
+}
+
+// evaluate runs the expression against the names of scope and returns a JSON value.
+func (e *expression) evaluate(s interpreter.Activation) (any, error) {
+	out, _, err := e.program.Eval(s)
+	if err != nil {
+		return nil, fmt.Errorf("${ %s }: %s", e.source, oneLine(err.Error()))
+	}
+	v, err := celToJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("${ %s }: %w", e.source, err)
+	}
+	return v, nil
+}
+
+// celToJSON converts a CEL value into a JSON value: nil, bool, int64, float64, string,
+// []any or map[string]any.
+func celToJSON(v ref.Val) (any, error) {
+	switch x := v.(type) {
+	case types.Null:
+		return nil, nil
+	case types.Bool:
+		return bool(x), nil
+	case types.Int:
+		return int64(x), nil
+	case types.Uint:
+		if uint64(x) > math.MaxInt64 {
+			return float64(x), nil
+		}
+		return int64(x), nil
+	case types.Double:
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("%v is not a JSON number", f)
+		}
+		return f, nil
+	case types.String:
+		return string(x), nil
+	case types.Bytes:
+		return base64.StdEncoding.EncodeToString(x), nil
+	case types.Timestamp:
+		return x.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"), nil
+	case types.Duration:
+		return x.Duration.String(), nil
+	case *types.Err:
+		return nil, x
+	case traits.Lister:
+		n, ok := x.Size().(types.Int)
+		if !ok {
+			return nil, fmt.Errorf("list of unknown size")
+		}
+		out := make([]any, 0, int(n))
+		for i := types.Int(0); i < n; i++ {
+			item, err := celToJSON(x.Get(i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, item)
+		}
+		return out, nil
+	case jsonObject:
+		return map[string]any(x), nil // JSON values are never modified in place
+	case *stepScopes:
+		return x.merged(), nil
+	case traits.Mapper:
+		out := make(map[string]any)
+		it := x.Iterator()
+		for it.HasNext() == types.True {
+			k := it.Next()
+			key, ok := k.(types.String)
+			if !ok {
+				return nil, fmt.Errorf("map key %v is not a string", k)
+			}
+			item, err := celToJSON(x.Get(k))
+			if err != nil {
+				return nil, err
+			}
+			out[string(key)] = item
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("a %s value cannot be represented in JSON", v.Type().TypeName())
+}
+
+// jsonAdapter presents JSON values to CEL. Objects become jsonObject, which costs no
+// allocation and iterates in sorted key order, so that comprehensions over them (map,
+// filter, ...) are deterministic; Go map iteration order is random.
+type jsonAdapter struct{ types.Adapter }
+
+// celAdapter is the adapter of every expression environment.
+var celAdapter = jsonAdapter{types.DefaultTypeAdapter}
+
+func (a jsonAdapter) NativeToValue(v any) ref.Val {
+	switch x := v.(type) {
+	case map[string]any:
+		return jsonObject(x)
+	case []any:
+		return types.NewList(a, x)
+	}
+	return a.Adapter.NativeToValue(v)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// jsonObject is a JSON object as a CEL map. It deliberately does not implement
+// traits.Foldable, so comprehensions use Iterator, which follows sorted keys.
+type jsonObject map[string]any
+
+func (m jsonObject) generic() traits.Mapper { return types.NewStringInterfaceMap(celAdapter, m) }
+
+func (m jsonObject) ConvertToNative(t reflect.Type) (any, error) {
+	return m.generic().ConvertToNative(t)
+}
+
+func (m jsonObject) ConvertToType(t ref.Type) ref.Val {
+	switch t {
+	case types.MapType:
+		return m
+	case types.TypeType:
+		return types.MapType
+	}
+	return types.NewErr("type conversion error from map to '%s'", t)
+}
+
+func (m jsonObject) Equal(other ref.Val) ref.Val { return m.generic().Equal(other) }
+func (m jsonObject) Type() ref.Type              { return types.MapType }
+func (m jsonObject) Value() any                  { return map[string]any(m) }
+func (m jsonObject) Size() ref.Val               { return types.Int(len(m)) }
+
+func (m jsonObject) Contains(key ref.Val) ref.Val {
+	_, found := m.Find(key)
+	return types.Bool(found)
+}
+
+func (m jsonObject) Get(key ref.Val) ref.Val {
+	v, found := m.Find(key)
+	if !found {
+		return types.NewErr("no such key: %v", key)
+	}
+	return v
+}
+
+func (m jsonObject) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return nil, false
+	}
+	v, found := m[string(k)]
+	if !found {
+		return nil, false
+	}
+	return celAdapter.NativeToValue(v), true
+}
+
+func (m jsonObject) Iterator() traits.Iterator {
+	keys := sortedKeys(m)
+	vals := make([]ref.Val, len(keys))
+	for i, k := range keys {
+		vals[i] = types.String(k)
+	}
+	return &valIterator{vals: vals}
+}
+
+// stepScopes is the steps variable inside for_each bodies: the step results of the
+// iteration's scope over those of the enclosing scopes, without copying them.
+type stepScopes struct {
+	maps []map[string]any // innermost first
+}
+
+func (s *stepScopes) merged() map[string]any {
+	out := map[string]any{}
+	for i := len(s.maps) - 1; i >= 0; i-- {
+		for k, v := range s.maps[i] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (s *stepScopes) ConvertToNative(t reflect.Type) (any, error) {
+	return jsonObject(s.merged()).ConvertToNative(t)
+}
+func (s *stepScopes) ConvertToType(t ref.Type) ref.Val {
+	return jsonObject(s.merged()).ConvertToType(t)
+}
+func (s *stepScopes) Equal(other ref.Val) ref.Val { return jsonObject(s.merged()).Equal(other) }
+func (s *stepScopes) Type() ref.Type              { return types.MapType }
+func (s *stepScopes) Value() any                  { return s.merged() }
+func (s *stepScopes) Size() ref.Val               { return types.Int(len(s.merged())) }
+func (s *stepScopes) Iterator() traits.Iterator   { return jsonObject(s.merged()).Iterator() }
+
+func (s *stepScopes) Contains(key ref.Val) ref.Val {
+	_, found := s.Find(key)
+	return types.Bool(found)
+}
+
+func (s *stepScopes) Get(key ref.Val) ref.Val {
+	v, found := s.Find(key)
+	if !found {
+		return types.NewErr("no such key: %v", key)
+	}
+	return v
+}
+
+func (s *stepScopes) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return nil, false
+	}
+	for _, m := range s.maps {
+		if v, found := m[string(k)]; found {
+			return celAdapter.NativeToValue(v), true
+		}
+	}
+	return nil, false
+}
+
+// sortMapLiterals wraps map literals built inside expressions so that their iteration
+// order is sorted as well.
+func sortMapLiterals(i interpreter.InterpretableV2) (interpreter.InterpretableV2, error) {
+	if c, ok := i.(interpreter.InterpretableConstructor); ok && c.Type() == types.MapType {
+		return sortingNode{c}, nil
+	}
+	return i, nil
+}
+
+type sortingNode struct{ interpreter.InterpretableV2 }
+
+func (n sortingNode) Eval(a interpreter.Activation) ref.Val {
+	return sortMap(n.InterpretableV2.Eval(a))
+}
+
+func (n sortingNode) Exec(f *interpreter.ExecutionFrame) ref.Val {
+	return sortMap(n.InterpretableV2.Exec(f))
+}
+
+func sortMap(v ref.Val) ref.Val {
+	m, ok := v.(traits.Mapper)
+	if !ok {
+		return v
+	}
+	var keys []ref.Val
+	it := m.Iterator()
+	for it.HasNext() == types.True {
+		keys = append(keys, it.Next())
+	}
+	slices.SortFunc(keys, func(a, b ref.Val) int {
+		return strings.Compare(fmt.Sprint(a.Value()), fmt.Sprint(b.Value()))
+	})
+	return sortedValMap{Mapper: m, keys: keys}
+}
+
+type sortedValMap struct {
+	traits.Mapper
+	keys []ref.Val
+}
+
+func (m sortedValMap) Iterator() traits.Iterator { return &valIterator{vals: m.keys} }
+
+type valIterator struct {
+	vals []ref.Val
+	next int
+}
+
+func (it *valIterator) HasNext() ref.Val { return types.Bool(it.next < len(it.vals)) }
+
+func (it *valIterator) Next() ref.Val {
+	if it.next >= len(it.vals) {
+		return types.NewErr("iterator exhausted")
+	}
+	v := it.vals[it.next]
+	it.next++
+	return v
+}
+
+func (it *valIterator) ConvertToNative(reflect.Type) (any, error) {
+	return nil, fmt.Errorf("iterator cannot be converted")
+}
+func (it *valIterator) ConvertToType(ref.Type) ref.Val {
+	return types.NewErr("iterator cannot be converted")
+}
+func (it *valIterator) Equal(ref.Val) ref.Val { return types.False }
+func (it *valIterator) Type() ref.Type        { return types.IteratorType }
+func (it *valIterator) Value() any            { return nil }
+
+// normalizeNumbers replaces json.Number values by int64 or float64, in place.
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i
+		}
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return string(x)
+		}
+		return f
+	case []any:
+		for i := range x {
+			x[i] = normalizeNumbers(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = normalizeNumbers(x[k])
+		}
+	}
+	return v
+}
+
+// encodeJSON encodes a JSON value; map keys come out sorted, so equal values give equal
+// bytes.
+func encodeJSON(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// decodeJSON decodes a JSON document into a JSON value: nil, bool, string, int64 (for
+// integers that fit), float64, []any or map[string]any. Empty input is null. It is the
+// hot path of replay, hence a small parser of its own rather than encoding/json, which
+// allocates a decoder and cannot give int64 without json.Number.
+func decodeJSON(raw []byte) (any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	p := jsonParser{data: raw}
+	v, err := p.value(0)
+	if err != nil {
+		return nil, err
+	}
+	p.space()
+	if p.pos != len(p.data) {
+		return nil, p.errorf("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+// maxJSONDepth bounds the nesting of decoded JSON values.
+const maxJSONDepth = 1000
+
+type jsonParser struct {
+	data []byte
+	pos  int
+}
+
+func (p *jsonParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("invalid JSON at offset %d: %s", p.pos, fmt.Sprintf(format, args...))
+}
+
+func (p *jsonParser) space() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *jsonParser) value(depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, p.errorf("nested more than %d levels", maxJSONDepth)
+	}
+	p.space()
+	if p.pos >= len(p.data) {
+		return nil, p.errorf("unexpected end")
+	}
+	switch c := p.data[p.pos]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		return p.string()
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	default:
+		return nil, p.errorf("unexpected character %q", c)
+	}
+}
+
+func (p *jsonParser) literal(word string) error {
+	if len(p.data)-p.pos < len(word) || string(p.data[p.pos:p.pos+len(word)]) != word {
+		return p.errorf("expected %s", word)
+	}
+	p.pos += len(word)
+	return nil
+}
+
+func (p *jsonParser) object(depth int) (any, error) {
+	p.pos++ // {
+	obj := map[string]any{}
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == '}' {
+		p.pos++
+		return obj, nil
+	}
+	for {
+		p.space()
+		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
+			return nil, p.errorf("expected an object key")
+		}
+		key, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		p.space()
+		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
+			return nil, p.errorf("expected ':'")
+		}
+		p.pos++
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		obj[key] = v
+		p.space()
+		if p.pos >= len(p.data) {
+			return nil, p.errorf("unexpected end of object")
+		}
+		switch p.data[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			return obj, nil
+		default:
+			return nil, p.errorf("expected ',' or '}'")
+		}
+	}
+}
+
+func (p *jsonParser) array(depth int) (any, error) {
+	p.pos++ // [
+	list := []any{}
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == ']' {
+		p.pos++
+		return list, nil
+	}
+	for {
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, v)
+		p.space()
+		if p.pos >= len(p.data) {
+			return nil, p.errorf("unexpected end of array")
+		}
+		switch p.data[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			return list, nil
+		default:
+			return nil, p.errorf("expected ',' or ']'")
+		}
+	}
+}
+
+// string reads a string token. Plain ASCII strings are sliced directly; strings with
+// escapes or other bytes go through encoding/json, which handles escapes and invalid
+// UTF-8 the standard way.
+func (p *jsonParser) string() (string, error) {
+	start := p.pos
+	p.pos++ // opening quote
+	plain := true
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			if plain {
+				return string(p.data[start+1 : p.pos-1]), nil
+			}
+			var s string
+			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
+				return "", p.errorf("bad string: %v", err)
+			}
+			return s, nil
+		case c == '\\':
+			plain = false
+			p.pos += 2
+		case c < 0x20:
+			return "", p.errorf("control character in string")
+		default:
+			if c >= 0x80 {
+				plain = false
+			}
+			p.pos++
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+var errJSONNumber = errors.New("bad number")
+
+// number reads a number with the JSON grammar; integers that fit are int64.
+func (p *jsonParser) number() (any, error) {
+	start := p.pos
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	if p.data[p.pos] == '-' {
+		p.pos++
+	}
+	integer := true
+	if p.pos < len(p.data) && p.data[p.pos] == '0' {
+		p.pos++
+	} else if digits() == 0 {
+		return nil, p.errorf("%v", errJSONNumber)
+	}
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		integer = false
+		p.pos++
+		if digits() == 0 {
+			return nil, p.errorf("%v", errJSONNumber)
+		}
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		integer = false
+		p.pos++
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return nil, p.errorf("%v", errJSONNumber)
+		}
+	}
+	text := string(p.data[start:p.pos])
+	if integer {
+		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return i, nil
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return nil, p.errorf("number %s out of range", text)
+	}
+	return f, nil
+}
