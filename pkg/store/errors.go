@@ -16,6 +16,13 @@ var (
 	// ErrInvalidArgument: the params are malformed (an empty id, a status
 	// that does not exist, a negative duration).
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInstanceRunning: a delete without force met a running instance.
+	ErrInstanceRunning = errors.New("instance is running")
+	// ErrSubOrchestration: sub-orchestrations are deleted with their root,
+	// never on their own.
+	ErrSubOrchestration = errors.New("cannot delete a sub-orchestration: delete its root instance")
+	// ErrWouldOrphan: an atomic delete would leave a child without its parent.
+	ErrWouldOrphan = errors.New("delete would orphan a sub-orchestration")
 	// ErrConflict: a transaction kept conflicting with others and the retry
 	// budget ran out. The operation may be tried again later.
 	ErrConflict = errors.New("transaction conflict: retry budget exhausted")

@@ -143,6 +143,7 @@ type WorkItem struct {
 // Store is everything a store implementation provides.
 type Store interface {
 	Runtime
+	Management
 	Tenants
 	Close()
 }
@@ -240,11 +241,15 @@ type GetInstanceParams struct {
 	InstanceID string
 }
 
-// GetHistoryParams names an execution's history.
+// GetHistoryParams names a page of an execution's history.
 type GetHistoryParams struct {
 	TenantID    string
 	InstanceID  string
 	ExecutionID int64 // 0: the current execution
+	// AfterEventID starts the page after this event id.
+	AfterEventID int64
+	// Limit bounds the page; 0 reads to the end.
+	Limit int
 }
 
 // FetchOrchestrationItemParams says whose work to fetch and for how long.

@@ -3,6 +3,7 @@ package crdb
 import (
 	"cmp"
 	"context"
+	"math"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,7 +80,8 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 		id = ""
 		err := s.pool.QueryRow(ctx, `
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances WHERE tenant_id = $1 AND instance_id = $2
+SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances
+WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
 RETURNING id::TEXT`,
 			p.TenantID, p.InstanceID, p.ExecutionID, p.Message.Kind, p.Message.Payload, now+p.Delay.Milliseconds(), now).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -103,7 +105,7 @@ SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 FROM instances i
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
-WHERE i.tenant_id = $1 AND i.instance_id = $2`
+WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting`
 
 func scanInstance(tenantID string, row pgx.Row) (*store.Instance, error) {
 	in := store.Instance{TenantID: tenantID}
@@ -135,26 +137,34 @@ func (s *Store) GetInstance(ctx context.Context, p *store.GetInstanceParams) (*s
 	return in, err
 }
 
-// GetHistory reads an execution's history in event id order.
+// GetHistory reads a page of an execution's history in event id order.
 func (s *Store) GetHistory(ctx context.Context, p *store.GetHistoryParams) ([]store.HistoryEvent, error) {
+	if p.Limit < 0 || p.AfterEventID < 0 || p.ExecutionID < 0 {
+		return nil, invalid("negative execution id, event id or limit")
+	}
 	var events []store.HistoryEvent
 	var found bool
+	limit := int64(math.MaxInt64)
+	if p.Limit > 0 {
+		limit = int64(p.Limit)
+	}
 	err := s.retry(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT CASE WHEN $3 = 0 THEN current_execution_id ELSE $3 END FROM instances
-			WHERE tenant_id = $1 AND instance_id = $2`, p.TenantID, p.InstanceID, p.ExecutionID)
-		b.Queue(selectHistory, p.TenantID, p.InstanceID, p.ExecutionID)
+		b.Queue(`SELECT e.execution_id FROM instances i
+			JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+				AND e.execution_id = CASE WHEN $3 = 0 THEN i.current_execution_id ELSE $3 END
+			WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting AND NOT e.deleting`,
+			p.TenantID, p.InstanceID, p.ExecutionID)
+		b.Queue(selectHistory, p.TenantID, p.InstanceID, p.ExecutionID, p.AfterEventID, limit)
 		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
 		var execID int64
 		err := br.QueryRow().Scan(&execID)
 		found = err == nil
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			_ = br.Close()
 			return err
 		}
-		events, err = scanHistory(br)
-		if err != nil {
-			_ = br.Close()
+		if events, err = scanHistory(br); err != nil {
 			return err
 		}
 		return br.Close()
@@ -163,19 +173,22 @@ func (s *Store) GetHistory(ctx context.Context, p *store.GetHistoryParams) ([]st
 		return nil, err
 	}
 	if !found {
-		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+		return nil, fmt.Errorf("instance %q, execution %d: %w", p.InstanceID, p.ExecutionID, store.ErrNotFound)
 	}
 	return events, nil
 }
 
-// selectHistory reads an execution's history; execution 0 means the current one.
+// selectHistory reads a page of an execution's history; execution 0 means
+// the current one.
 const selectHistory = `
 SELECT h.event_id, h.kind, h.payload, h.created_at
 FROM history h
 WHERE h.tenant_id = $1 AND h.instance_id = $2 AND h.execution_id = (
 	SELECT CASE WHEN $3 = 0 THEN current_execution_id ELSE $3 END
 	FROM instances WHERE tenant_id = $1 AND instance_id = $2)
-ORDER BY h.event_id`
+	AND h.event_id > $4
+ORDER BY h.event_id
+LIMIT $5`
 
 func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 	rows, err := br.Query()
@@ -242,7 +255,7 @@ SELECT c.tenant_id, c.instance_id, i.instance_id IS NOT NULL,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count
 FROM claimed c
-LEFT JOIN instances i ON i.tenant_id = c.tenant_id AND i.instance_id = c.instance_id
+LEFT JOIN instances i ON i.tenant_id = c.tenant_id AND i.instance_id = c.instance_id AND NOT i.deleting
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id`
 
@@ -411,7 +424,7 @@ func (s *Store) consumeZombies(ctx context.Context, lease store.OrchestrationLea
 WITH consumed AS (
 	DELETE FROM orchestrator_queue
 	WHERE tenant_id = $1 AND instance_id = $2 AND id = ANY($3::UUID[])
-		AND NOT EXISTS (SELECT 1 FROM instances WHERE tenant_id = $1 AND instance_id = $2)
+		AND NOT EXISTS (SELECT 1 FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting)
 	RETURNING id
 )
 DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $4`,

@@ -38,6 +38,12 @@ type Options struct {
 	MaxRetryBackoff time.Duration
 	// MaxMessagesPerTurn bounds the messages one fetch hands a turn (default 1000).
 	MaxMessagesPerTurn int
+	// MaxRowsPerTransaction bounds the rows one delete or prune transaction
+	// removes (default 5000); bigger trees and chains take several.
+	MaxRowsPerTransaction int64
+	// CursorKey signs listing cursors. Processes that serve the same
+	// tenants must share it; by default each process draws its own.
+	CursorKey []byte
 }
 
 // Store is the CockroachDB (and PostgreSQL) implementation of store.Store.
@@ -53,6 +59,9 @@ type Store struct {
 
 	// onRetry, when set (by tests), sees every retried attempt.
 	onRetry func(attempt int, err error)
+	// onPurge, when set (by tests), sees the rows each committed delete or
+	// prune transaction removed.
+	onPurge func(rows int64)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -76,6 +85,12 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	}
 	if opts.MaxMessagesPerTurn <= 0 {
 		opts.MaxMessagesPerTurn = 1000
+	}
+	if opts.MaxRowsPerTransaction <= 0 {
+		opts.MaxRowsPerTransaction = 5000
+	}
+	if len(opts.CursorKey) == 0 {
+		opts.CursorKey = defaultCursorKey()
 	}
 	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}}
 }

@@ -1,0 +1,258 @@
+package crdb
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// deleteRows removes instances with everything they own (history,
+// executions, queue rows, lease) in one statement that touches each table
+// once, and returns the counts. The caller has checked that no orphan is left.
+func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, ids []string) (store.DeleteResult, error) {
+	var r store.DeleteResult
+	var orchestratorRows, workerRows int64
+	err := tx.QueryRow(ctx, `
+WITH h AS (
+	DELETE FROM history WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), e AS (
+	DELETE FROM executions WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), oq AS (
+	DELETE FROM orchestrator_queue WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), wq AS (
+	DELETE FROM worker_queue WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), l AS (
+	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), i AS (
+	DELETE FROM instances WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+)
+SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM h),
+	(SELECT count(*) FROM oq), (SELECT count(*) FROM wq)`, tenantID, ids).
+		Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
+	r.QueueMessagesDeleted = orchestratorRows + workerRows
+	return r, err
+}
+
+
+// purged reports a committed delete or prune transaction to the test hook.
+func (s *Store) purged(rows int64) {
+	if s.onPurge != nil && rows > 0 {
+		s.onPurge(rows)
+	}
+}
+
+func deletedRows(r store.DeleteResult) int64 {
+	return r.InstancesDeleted + r.ExecutionsDeleted + r.EventsDeleted + r.QueueMessagesDeleted
+}
+
+// DeleteInstancesAtomic deletes a set of instances in one transaction.
+func (s *Store) DeleteInstancesAtomic(ctx context.Context, p *store.DeleteInstancesAtomicParams) (*store.DeleteResult, error) {
+	if p.TenantID == "" {
+		return nil, invalid("tenant id is required")
+	}
+	if len(p.InstanceIDs) > store.MaxFilterIDs {
+		return nil, invalid("at most %d instances in one atomic delete, got %d", store.MaxFilterIDs, len(p.InstanceIDs))
+	}
+	var res store.DeleteResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		res = store.DeleteResult{}
+		rows, err := tx.Query(ctx, `
+SELECT i.instance_id, i.status = 'Running' AND NOT i.deleting,
+	1 + i.execution_count + i.event_count
+	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = i.instance_id)
+	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = i.instance_id),
+	(SELECT c.instance_id FROM instances c
+		WHERE c.tenant_id = $1 AND c.parent_instance_id = i.instance_id AND NOT (c.instance_id = ANY($2::TEXT[]))
+		LIMIT 1)
+FROM instances i WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[])`, p.TenantID, p.InstanceIDs)
+		if err != nil {
+			return err
+		}
+		var ids, running []string
+		var total int64
+		var orphan [2]string
+		for rows.Next() {
+			var id string
+			var isRunning bool
+			var cost int64
+			var child *string
+			if err := rows.Scan(&id, &isRunning, &cost, &child); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+			total += cost
+			if isRunning {
+				running = append(running, id)
+			}
+			if child != nil && orphan[0] == "" {
+				orphan = [2]string{id, *child}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		switch {
+		case orphan[0] != "":
+			return fmt.Errorf("instance %q has child %q outside the set: %w", orphan[0], orphan[1], store.ErrWouldOrphan)
+		case len(running) > 0 && !p.Force:
+			return fmt.Errorf("instances %s: %w", quoteIDs(running), store.ErrInstanceRunning)
+		case total > s.opts.MaxRowsPerTransaction:
+			return invalid("an atomic delete of these instances would remove %d rows, more than the %d one transaction may; delete their roots with DeleteInstance",
+				total, s.opts.MaxRowsPerTransaction)
+		case len(ids) == 0:
+			return nil
+		}
+		res, err = deleteRows(ctx, tx, p.TenantID, ids)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.purged(deletedRows(res))
+	return &res, nil
+}
+
+// DeleteInstance deletes a root instance and its whole tree, leaves first,
+// in transactions of at most MaxRowsPerTransaction rows. Each transaction
+// removes whole instances whose descendants are already gone, so no reader
+// ever sees an orphan or part of an instance; an instance too big for one
+// transaction is first hidden (deleting), then removed piece by piece.
+// Calling it again after an interruption finishes the job.
+func (s *Store) DeleteInstance(ctx context.Context, p *store.DeleteInstanceParams) (*store.DeleteResult, error) {
+	if p.TenantID == "" || p.InstanceID == "" {
+		return nil, invalid("tenant id and instance id are required")
+	}
+	var total store.DeleteResult
+	for first := true; ; first = false {
+		var step store.DeleteResult
+		var done bool
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			step, done = store.DeleteResult{}, false
+			nodes, err := walkTree(ctx, tx, p.TenantID, p.InstanceID, true)
+			if err != nil {
+				return err
+			}
+			if len(nodes) == 0 {
+				done = true
+				return nil
+			}
+			root := nodes[len(nodes)-1]
+			if root.parent != "" {
+				return fmt.Errorf("instance %q is a child of %q: %w", p.InstanceID, root.parent, store.ErrSubOrchestration)
+			}
+			if first && !p.Force {
+				var running []string
+				for _, n := range nodes {
+					if n.running && !n.deleting {
+						running = append(running, n.id)
+					}
+				}
+				if len(running) > 0 {
+					return fmt.Errorf("instances %s: %w", quoteIDs(running), store.ErrInstanceRunning)
+				}
+			}
+			step, done, err = s.deleteStep(ctx, tx, p.TenantID, nodes)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.purged(deletedRows(step))
+		total.Add(step)
+		if done {
+			return &total, nil
+		}
+	}
+}
+
+// deleteStep does one transaction's worth of deleting a tree whose nodes
+// come children first: whole instances from the front while they fit, or,
+// when the first does not fit on its own, a piece of it.
+func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, nodes []treeNode) (store.DeleteResult, bool, error) {
+	budget := s.opts.MaxRowsPerTransaction
+	var ids []string
+	for _, n := range nodes {
+		if n.rows > budget {
+			break
+		}
+		ids = append(ids, n.id)
+		budget -= n.rows
+	}
+	if len(ids) == 0 {
+		r, err := s.deleteInstancePiece(ctx, tx, tenantID, nodes[0].id)
+		return r, false, err
+	}
+	r, err := deleteRows(ctx, tx, tenantID, ids)
+	return r, len(ids) == len(nodes), err
+}
+
+// deleteInstancePiece removes up to MaxRowsPerTransaction rows of one
+// instance too big to delete at once. The instance is hidden first: reads
+// no longer see it, fetches treat its messages as zombies, its lease is
+// gone; its id stays taken until the last piece.
+func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, instanceID string) (store.DeleteResult, error) {
+	var r store.DeleteResult
+	var orchestratorRows, workerRows, leases int64
+	budget := s.opts.MaxRowsPerTransaction
+	// Queue rows and lease first, then history, then executions: a piece
+	// never leaves an execution without its history behind while the
+	// instance is visible, because it is not visible any more.
+	err := tx.QueryRow(ctx, `
+WITH hide AS (
+	UPDATE instances SET deleting = true WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting RETURNING 1
+), l AS (
+	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2 RETURNING 1
+), oq AS (
+	DELETE FROM orchestrator_queue WHERE (tenant_id, instance_id, id) IN (
+		SELECT tenant_id, instance_id, id FROM orchestrator_queue WHERE tenant_id = $1 AND instance_id = $2 LIMIT $3)
+	RETURNING 1
+), wq AS (
+	DELETE FROM worker_queue WHERE (tenant_id, id) IN (
+		SELECT tenant_id, id FROM worker_queue WHERE tenant_id = $1 AND instance_id = $2 LIMIT $3)
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM oq), (SELECT count(*) FROM wq), (SELECT count(*) FROM l)`,
+		tenantID, instanceID, budget/2).Scan(&orchestratorRows, &workerRows, &leases)
+	if err != nil {
+		return r, err
+	}
+	r.QueueMessagesDeleted = orchestratorRows + workerRows
+	budget -= orchestratorRows + workerRows + leases + 1
+	if budget <= 0 {
+		return r, nil
+	}
+	// History in key order, then the executions left without history.
+	err = tx.QueryRow(ctx, `
+WITH h AS (
+	DELETE FROM history WHERE (tenant_id, instance_id, execution_id, event_id) IN (
+		SELECT tenant_id, instance_id, execution_id, event_id FROM history
+		WHERE tenant_id = $1 AND instance_id = $2
+		ORDER BY execution_id, event_id LIMIT $3)
+	RETURNING 1
+), counted AS (
+	UPDATE instances SET event_count = event_count - (SELECT count(*) FROM h)
+	WHERE tenant_id = $1 AND instance_id = $2
+	RETURNING 1
+)
+SELECT count(*) FROM h`, tenantID, instanceID, budget).Scan(&r.EventsDeleted)
+	if err != nil || r.EventsDeleted > 0 {
+		return r, err
+	}
+	err = tx.QueryRow(ctx, `
+WITH e AS (
+	DELETE FROM executions WHERE (tenant_id, instance_id, execution_id) IN (
+		SELECT tenant_id, instance_id, execution_id FROM executions
+		WHERE tenant_id = $1 AND instance_id = $2 ORDER BY execution_id LIMIT $3)
+	RETURNING 1
+), counted AS (
+	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e)
+	WHERE tenant_id = $1 AND instance_id = $2
+	RETURNING 1
+)
+SELECT count(*) FROM e`, tenantID, instanceID, budget).Scan(&r.ExecutionsDeleted)
+	return r, err
+}

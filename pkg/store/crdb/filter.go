@@ -1,0 +1,185 @@
+package crdb
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// query accumulates the conditions and arguments of a statement.
+type query struct {
+	conds []string
+	args  []any
+}
+
+// arg adds an argument and returns its placeholder.
+func (q *query) arg(v any) string {
+	q.args = append(q.args, v)
+	return fmt.Sprintf("$%d", len(q.args))
+}
+
+func (q *query) where(format string, args ...any) {
+	q.conds = append(q.conds, fmt.Sprintf(format, args...))
+}
+
+func (q *query) whereSQL() string { return strings.Join(q.conds, " AND ") }
+
+// likePrefix is a LIKE pattern matching strings that start with prefix.
+func likePrefix(prefix string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(prefix) + "%"
+}
+
+// validateFilter rejects filters that cannot mean anything.
+func validateFilter(f *store.InstanceFilter) error {
+	if len(f.InstanceIDs) > store.MaxFilterIDs {
+		return invalid("at most %d instance ids in a filter, got %d", store.MaxFilterIDs, len(f.InstanceIDs))
+	}
+	for _, st := range f.Statuses {
+		if !st.Valid() || st == store.StatusContinuedAsNew {
+			return invalid("no instance has status %q", st)
+		}
+	}
+	for _, r := range [][2]time.Time{
+		{f.CreatedAfter, f.CreatedBefore}, {f.UpdatedAfter, f.UpdatedBefore}, {f.CompletedAfter, f.CompletedBefore},
+	} {
+		if !r[0].IsZero() && !r[1].IsZero() && !r[0].Before(r[1]) {
+			return invalid("empty time range: %s is not before %s", r[0].Format(time.RFC3339Nano), r[1].Format(time.RFC3339Nano))
+		}
+	}
+	return nil
+}
+
+// filterInstances adds the conditions of a filter on instances aliased i.
+// Instances being deleted are never listed or counted; the bulk delete
+// includes them, to finish what an interrupted delete began.
+func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDeleting bool) {
+	q.where("i.tenant_id = %s", q.arg(tenantID))
+	if !withDeleting {
+		q.where("NOT i.deleting")
+	}
+	if f.InstanceIDs != nil {
+		q.where("i.instance_id = ANY(%s::TEXT[])", q.arg(f.InstanceIDs))
+	}
+	if len(f.Statuses) > 0 {
+		statuses := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			statuses[i] = string(st)
+		}
+		q.where("i.status = ANY(%s::TEXT[])", q.arg(statuses))
+	}
+	if f.Name != "" {
+		q.where("i.name = %s", q.arg(f.Name))
+	}
+	if f.NamePrefix != "" {
+		q.where(`i.name LIKE %s ESCAPE '\'`, q.arg(likePrefix(f.NamePrefix)))
+		q.where("i.name >= %s", q.arg(f.NamePrefix))
+	}
+	if f.IDPrefix != "" {
+		q.where(`i.instance_id LIKE %s ESCAPE '\'`, q.arg(likePrefix(f.IDPrefix)))
+		q.where("i.instance_id >= %s", q.arg(f.IDPrefix))
+	}
+	timeRange := func(col string, after, before time.Time) {
+		if !after.IsZero() {
+			q.where("i.%s >= %s", col, q.arg(after.UnixMilli()))
+		}
+		if !before.IsZero() {
+			q.where("i.%s < %s", col, q.arg(before.UnixMilli()))
+		}
+	}
+	timeRange("created_at", f.CreatedAfter, f.CreatedBefore)
+	timeRange("updated_at", f.UpdatedAfter, f.UpdatedBefore)
+	timeRange("completed_at", f.CompletedAfter, f.CompletedBefore)
+	if len(f.Tags) > 0 {
+		q.where("i.tags @> %s::JSONB", q.arg(f.Tags))
+	}
+	if f.RootsOnly {
+		q.where("i.parent_instance_id IS NULL")
+	}
+	if f.ParentInstanceID != "" {
+		q.where("i.parent_instance_id = %s", q.arg(f.ParentInstanceID))
+	}
+}
+
+// orderColumn returns the column and direction of an order.
+func orderColumn(o store.Order) (col string, desc bool, err error) {
+	switch o {
+	case "", store.OrderCreatedDesc:
+		return "created_at", true, nil
+	case store.OrderCreatedAsc:
+		return "created_at", false, nil
+	case store.OrderUpdatedDesc:
+		return "updated_at", true, nil
+	case store.OrderUpdatedAsc:
+		return "updated_at", false, nil
+	}
+	return "", false, invalid("unknown order %q", o)
+}
+
+// A cursor is the position after the last instance of a page, bound to the
+// tenant, the filter and the order it was made for, and signed: anything
+// else, or a tampered cursor, is an invalid argument.
+type cursorPosition struct {
+	Version int    `json:"v"`
+	Order   string `json:"o"`
+	Filter  string `json:"f"` // digest of the filter
+	Key     int64  `json:"k"` // the order column of the last instance
+	ID      string `json:"i"` // and its id
+}
+
+func filterDigest(f *store.InstanceFilter) string {
+	canon := *f
+	canon.InstanceIDs = slices.Clone(f.InstanceIDs)
+	slices.Sort(canon.InstanceIDs)
+	canon.Statuses = slices.Clone(f.Statuses)
+	slices.Sort(canon.Statuses)
+	b, _ := json.Marshal(canon) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+func (s *Store) cursorMAC(tenantID string, payload []byte) []byte {
+	m := hmac.New(sha256.New, s.opts.CursorKey)
+	m.Write([]byte(tenantID))
+	m.Write([]byte{0})
+	m.Write(payload)
+	return m.Sum(nil)[:16]
+}
+
+func (s *Store) encodeCursor(tenantID string, pos cursorPosition) string {
+	payload, _ := json.Marshal(pos)
+	return base64.RawURLEncoding.EncodeToString(payload) + "." +
+		base64.RawURLEncoding.EncodeToString(s.cursorMAC(tenantID, payload))
+}
+
+var errBadCursor = invalid("the cursor is malformed, tampered with, or belongs to another tenant, filter or order")
+
+func (s *Store) decodeCursor(tenantID string, f *store.InstanceFilter, order store.Order, cursor string) (*cursorPosition, error) {
+	body, sig, ok := strings.Cut(cursor, ".")
+	if !ok {
+		return nil, errBadCursor
+	}
+	payload, err1 := base64.RawURLEncoding.DecodeString(body)
+	mac, err2 := base64.RawURLEncoding.DecodeString(sig)
+	if err1 != nil || err2 != nil || !hmac.Equal(mac, s.cursorMAC(tenantID, payload)) {
+		return nil, errBadCursor
+	}
+	var pos cursorPosition
+	if err := json.Unmarshal(payload, &pos); err != nil || pos.Version != 1 {
+		return nil, errBadCursor
+	}
+	if order == "" {
+		order = store.OrderCreatedDesc
+	}
+	if pos.Order != string(order) || pos.Filter != filterDigest(f) {
+		return nil, errBadCursor
+	}
+	return &pos, nil
+}

@@ -1,0 +1,308 @@
+package crdb
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// instanceColumns are the columns scanInstance reads, from instances i and
+// the current execution e.
+const instanceColumns = `i.instance_id, i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count`
+
+const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id`
+
+func defaultCursorKey() []byte {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	return key
+}
+
+// ListInstances reads one page in keyset order: (order column, instance id).
+func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams) (*store.ListInstancesResult, error) {
+	if p.TenantID == "" {
+		return nil, invalid("tenant id is required")
+	}
+	if err := validateFilter(&p.Filter); err != nil {
+		return nil, err
+	}
+	col, desc, err := orderColumn(p.Order)
+	if err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	switch {
+	case limit == 0:
+		limit = store.DefaultListLimit
+	case limit < 0 || limit > store.MaxListLimit:
+		return nil, invalid("limit must be between 1 and %d, got %d", store.MaxListLimit, limit)
+	}
+	order := p.Order
+	if order == "" {
+		order = store.OrderCreatedDesc
+	}
+	q := &query{}
+	filterInstances(q, p.TenantID, &p.Filter, false)
+	dir, cmp := "ASC", ">"
+	if desc {
+		dir, cmp = "DESC", "<"
+	}
+	if p.Cursor != "" {
+		pos, err := s.decodeCursor(p.TenantID, &p.Filter, order, p.Cursor)
+		if err != nil {
+			return nil, err
+		}
+		q.where("(i.%s, i.instance_id) %s (%s, %s)", col, cmp, q.arg(pos.Key), q.arg(pos.ID))
+	}
+	sql := fmt.Sprintf(`SELECT %s, i.%s FROM instances i %s WHERE %s ORDER BY i.%s %s, i.instance_id %s LIMIT %d`,
+		instanceColumns, col, joinCurrentExecution, q.whereSQL(), col, dir, dir, limit+1)
+
+	var page []store.Instance
+	var keys []int64
+	err = s.retry(ctx, func(ctx context.Context) error {
+		page, keys = page[:0], keys[:0]
+		rows, err := s.pool.Query(ctx, sql, q.args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			in, key, err := scanInstanceWithKey(p.TenantID, rows)
+			if err != nil {
+				return err
+			}
+			page, keys = append(page, *in), append(keys, key)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &store.ListInstancesResult{Instances: page}
+	if len(page) > limit {
+		res.Instances = page[:limit]
+		last := page[limit-1]
+		res.NextCursor = s.encodeCursor(p.TenantID, cursorPosition{
+			Version: 1, Order: string(order), Filter: filterDigest(&p.Filter), Key: keys[limit-1], ID: last.InstanceID,
+		})
+	}
+	return res, nil
+}
+
+func scanInstanceWithKey(tenantID string, row pgx.Row) (*store.Instance, int64, error) {
+	var key int64
+	in := store.Instance{TenantID: tenantID}
+	var status string
+	var createdAt, updatedAt int64
+	var completedAt *int64
+	err := row.Scan(&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
+		&in.ParentInstanceID, &in.RootInstanceID, &in.Input, &in.Output, &in.Error,
+		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount, &key)
+	if err != nil {
+		return nil, 0, err
+	}
+	in.Status = store.Status(status)
+	in.CreatedAt, in.UpdatedAt, in.CompletedAt = fromMillis(createdAt), fromMillis(updatedAt), fromNullMillis(completedAt)
+	return &in, key, nil
+}
+
+// CountInstances counts the matching instances, grouped by status.
+func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParams) (*store.CountInstancesResult, error) {
+	if p.TenantID == "" {
+		return nil, invalid("tenant id is required")
+	}
+	if err := validateFilter(&p.Filter); err != nil {
+		return nil, err
+	}
+	q := &query{}
+	filterInstances(q, p.TenantID, &p.Filter, false)
+	sql := `SELECT i.status, count(*) FROM instances i WHERE ` + q.whereSQL() + ` GROUP BY i.status`
+	var res *store.CountInstancesResult
+	err := s.retry(ctx, func(ctx context.Context) error {
+		res = &store.CountInstancesResult{ByStatus: map[store.Status]int64{}}
+		rows, err := s.pool.Query(ctx, sql, q.args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var status string
+			var n int64
+			if err := rows.Scan(&status, &n); err != nil {
+				return err
+			}
+			res.ByStatus[store.Status(status)] = n
+			res.Total += n
+		}
+		return rows.Err()
+	})
+	return res, err
+}
+
+// ListExecutions lists an instance's stored executions, oldest first.
+func (s *Store) ListExecutions(ctx context.Context, p *store.ListExecutionsParams) ([]store.Execution, error) {
+	var execs []store.Execution
+	var found bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		execs, found = nil, false
+		rows, err := s.pool.Query(ctx, `
+SELECT e.execution_id, e.status, e.input, e.output, COALESCE(e.error, ''), e.started_at, e.completed_at, e.event_count
+FROM instances i
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND NOT e.deleting
+WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting
+ORDER BY e.execution_id`, p.TenantID, p.InstanceID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			found = true
+			var id, startedAt, events *int64
+			var status *string
+			var completedAt *int64
+			var ex store.Execution
+			if err := rows.Scan(&id, &status, &ex.Input, &ex.Output, &ex.Error, &startedAt, &completedAt, &events); err != nil {
+				return err
+			}
+			if id == nil {
+				continue
+			}
+			ex.ExecutionID, ex.Status, ex.StartedAt = *id, store.Status(*status), fromMillis(*startedAt)
+			ex.CompletedAt, ex.EventCount = fromNullMillis(completedAt), *events
+			execs = append(execs, ex)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	return execs, nil
+}
+
+// ListChildren lists the ids of an instance's direct children.
+func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) ([]string, error) {
+	var ids []string
+	err := s.retry(ctx, func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, `SELECT instance_id FROM instances
+			WHERE tenant_id = $1 AND parent_instance_id = $2 AND NOT deleting ORDER BY instance_id`,
+			p.TenantID, p.InstanceID)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	return ids, err
+}
+
+// GetParentID returns the parent of an instance, empty for a root.
+func (s *Store) GetParentID(ctx context.Context, p *store.GetParentIDParams) (string, error) {
+	var parent string
+	err := s.retry(ctx, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, `SELECT COALESCE(parent_instance_id, '') FROM instances
+			WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting`, p.TenantID, p.InstanceID).Scan(&parent)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	return parent, err
+}
+
+// treeNode is an instance of a tree with what deleting it costs.
+type treeNode struct {
+	id, parent string
+	depth      int
+	running    bool
+	deleting   bool
+	rows       int64 // instance, executions, events, queue rows
+}
+
+// maxTreeDepth bounds the walk of a tree; deeper trees are refused.
+const maxTreeDepth = 1000
+
+// walkTree reads an instance and all its descendants, deepest first, so
+// that children come before their parents. withDeleting includes the
+// instances being deleted (the delete resuming), which reads never show.
+func walkTree(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, tenantID, rootID string, withDeleting bool) ([]treeNode, error) {
+	deleting, cost := "AND NOT deleting", "0"
+	if withDeleting {
+		// The delete's walk: include what an interrupted delete left, and
+		// what each instance costs to delete.
+		deleting, cost = "", `1 + i.execution_count + i.event_count
+	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = t.instance_id)
+	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = t.instance_id)`
+	}
+	rows, err := q.Query(ctx, `
+WITH RECURSIVE tree (instance_id, parent_instance_id, depth) AS (
+	SELECT instance_id, COALESCE(parent_instance_id, ''), 0 FROM instances
+	WHERE tenant_id = $1 AND instance_id = $2 `+deleting+`
+	UNION ALL
+	SELECT c.instance_id, c.parent_instance_id, t.depth + 1
+	FROM tree t JOIN instances c ON c.tenant_id = $1 AND c.parent_instance_id = t.instance_id
+	WHERE t.depth < $3
+)
+SELECT t.instance_id, t.parent_instance_id, t.depth, i.status = 'Running', i.deleting, `+cost+`
+FROM tree t JOIN instances i ON i.tenant_id = $1 AND i.instance_id = t.instance_id
+ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (treeNode, error) {
+		var n treeNode
+		err := r.Scan(&n.id, &n.parent, &n.depth, &n.running, &n.deleting, &n.rows)
+		return n, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) > 0 && nodes[0].depth > maxTreeDepth {
+		return nil, invalid("instance tree deeper than %d", maxTreeDepth)
+	}
+	return nodes, nil
+}
+
+// GetInstanceTree returns an instance and its descendants, children first.
+func (s *Store) GetInstanceTree(ctx context.Context, p *store.GetInstanceTreeParams) (*store.InstanceTree, error) {
+	var nodes []treeNode
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		nodes, err = walkTree(ctx, s.pool, p.TenantID, p.InstanceID, false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	tree := &store.InstanceTree{RootID: p.InstanceID, IDs: make([]string, 0, len(nodes))}
+	for _, n := range nodes {
+		if !n.deleting {
+			tree.IDs = append(tree.IDs, n.id)
+		}
+	}
+	return tree, nil
+}
+
+// quoteIDs is for error messages.
+func quoteIDs(ids []string) string {
+	if len(ids) > 5 {
+		return fmt.Sprintf("%q and %d more", ids[:5], len(ids)-5)
+	}
+	return strings.Join(ids, ", ")
+}
