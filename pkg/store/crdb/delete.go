@@ -36,7 +36,6 @@ SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM
 	return r, err
 }
 
-
 // purged reports a committed delete or prune transaction to the test hook.
 func (s *Store) purged(rows int64) {
 	if s.onPurge != nil && rows > 0 {

@@ -3,9 +3,9 @@ package crdb
 import (
 	"cmp"
 	"context"
-	"math"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
