@@ -55,6 +55,21 @@ func Run(t *testing.T, newStore Factory) {
 		{"AckWorkItemSucceeds", testAckWorkItemSucceeds},
 		{"MassCancellation", testMassCancellation},
 		{"InvalidArguments", testInvalidArguments},
+		{"DeleteTerminalInstances", testDeleteTerminalInstances},
+		{"DeleteRunningNeedsForce", testDeleteRunningNeedsForce},
+		{"DeleteMissingInstance", testDeleteMissingInstance},
+		{"ForceDeleteThenAckFails", testForceDeleteThenAckFails},
+		{"IdentityReuseAfterDelete", testIdentityReuseAfterDelete},
+		{"ZombiesAfterDelete", testZombiesAfterDelete},
+		{"CascadeDeleteAndSubOrchestrationRefused", testCascadeDeleteAndSubOrchestrationRefused},
+		{"DeleteInstancesAtomic", testDeleteInstancesAtomic},
+		{"BulkDeleteFilters", testBulkDeleteFilters},
+		{"BulkDeleteRetentionAndCascade", testBulkDeleteRetentionAndCascade},
+		{"PruneOptions", testPruneOptions},
+		{"PruneBulk", testPruneBulk},
+		{"ListFilters", testListFilters},
+		{"ListCursors", testListCursors},
+		{"ListPaginationUnderChurn", testListPaginationUnderChurn},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
