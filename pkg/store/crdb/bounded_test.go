@@ -1,0 +1,236 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// boundedStore is a store whose delete and prune transactions may touch at
+// most budget rows, recording what each committed one removed.
+func boundedStore(t *testing.T, budget int64) (*Store, *[]int64) {
+	t.Helper()
+	s := New(testdb.Pool(t, 8), Options{MaxRowsPerTransaction: budget})
+	var mu sync.Mutex
+	var txs []int64
+	s.onPurge = func(rows int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		txs = append(txs, rows)
+	}
+	return s, &txs
+}
+
+func exec(t *testing.T, s *Store, sql string, args ...any) {
+	t.Helper()
+	_, err := s.pool.Exec(t.Context(), sql, args...)
+	require.NoError(t, err)
+}
+
+// fabricateTree writes a completed root with n completed children, each
+// with one execution of events history events, straight into the tables.
+func fabricateTree(t *testing.T, s *Store, root string, n, events int) {
+	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		parent_instance_id, root_instance_id, created_at, updated_at, completed_at, execution_count, event_count)
+		SELECT 'acme', $1 || CASE WHEN g = 0 THEN '' ELSE ':' || g::TEXT END, 'n', '1', 1, 'Completed',
+			CASE WHEN g = 0 THEN NULL ELSE $1 END, $1, 1, 1, 1, 1, $3
+		FROM generate_series(0, $2::INT8) AS g`, root, n, events)
+	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at, event_count)
+		SELECT 'acme', instance_id, 1, 'Completed', 1, 1, event_count FROM instances WHERE root_instance_id = $1`, root)
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', i.instance_id, 1, g, 'e', 1 FROM instances i, generate_series(1, $2::INT8) AS g
+		WHERE i.root_instance_id = $1`, root, events)
+}
+
+func count(t *testing.T, s *Store, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), sql, args...).Scan(&n))
+	return n
+}
+
+// noOrphans checks that every remaining row belongs to a remaining parent.
+func noOrphans(t *testing.T, s *Store) {
+	t.Helper()
+	require.Zero(t, count(t, s, `SELECT count(*) FROM instances c WHERE c.parent_instance_id IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM instances p WHERE p.tenant_id = c.tenant_id AND p.instance_id = c.parent_instance_id)`),
+		"a child outlived its parent")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM executions e WHERE NOT EXISTS (
+		SELECT 1 FROM instances i WHERE i.tenant_id = e.tenant_id AND i.instance_id = e.instance_id)`), "an execution outlived its instance")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM history h WHERE NOT EXISTS (
+		SELECT 1 FROM executions e WHERE e.tenant_id = h.tenant_id AND e.instance_id = h.instance_id AND e.execution_id = h.execution_id)`),
+		"history outlived its execution")
+}
+
+func requireWithin(t *testing.T, txs []int64, budget int64) {
+	t.Helper()
+	require.NotEmpty(t, txs)
+	for i, rows := range txs {
+		require.LessOrEqual(t, rows, budget, "transaction %d removed %d rows", i, rows)
+	}
+}
+
+func TestDeleteWideTreeInBoundedTransactions(t *testing.T) {
+	t.Parallel()
+	const budget = 2000
+	s, txs := boundedStore(t, budget)
+	fabricateTree(t, s, "wide", 10_000, 2)
+
+	tree, err := s.GetInstanceTree(t.Context(), &store.GetInstanceTreeParams{TenantID: "acme", InstanceID: "wide"})
+	require.NoError(t, err)
+	require.Len(t, tree.IDs, 10_001)
+	require.Equal(t, "wide", tree.IDs[len(tree.IDs)-1], "the root comes last")
+
+	res, err := s.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "wide"})
+	require.NoError(t, err)
+	require.Equal(t, store.DeleteResult{InstancesDeleted: 10_001, ExecutionsDeleted: 10_001, EventsDeleted: 20_002}, *res)
+	requireWithin(t, *txs, budget)
+	require.Greater(t, len(*txs), 10, "a 40,000-row tree in one transaction")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM instances`))
+	noOrphans(t, s)
+}
+
+func TestDeleteDeepTree(t *testing.T) {
+	t.Parallel()
+	s, txs := boundedStore(t, 10)
+	// A chain of 50: root <- d1 <- d2 ... <- d49.
+	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		parent_instance_id, root_instance_id, created_at, updated_at, completed_at, execution_count, event_count)
+		SELECT 'acme', 'd' || g::TEXT, 'n', '1', 1, 'Completed', CASE WHEN g = 0 THEN NULL ELSE 'd' || (g - 1)::TEXT END,
+			'd0', 1, 1, 1, 0, 0
+		FROM generate_series(0, 49) AS g`)
+	tree, err := s.GetInstanceTree(t.Context(), &store.GetInstanceTreeParams{TenantID: "acme", InstanceID: "d0"})
+	require.NoError(t, err)
+	require.Len(t, tree.IDs, 50)
+	require.Equal(t, "d49", tree.IDs[0])
+	res, err := s.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "d0"})
+	require.NoError(t, err)
+	require.Equal(t, int64(50), res.InstancesDeleted)
+	requireWithin(t, *txs, 10)
+	noOrphans(t, s)
+}
+
+// A delete interrupted half-way leaves no orphan and nothing half-deleted
+// in sight; calling it again finishes.
+func TestDeleteInterruptedThenResumed(t *testing.T) {
+	t.Parallel()
+	const budget = 500
+	s, txs := boundedStore(t, budget)
+	fabricateTree(t, s, "big", 300, 4)
+	// One child too big for a transaction of its own: it goes in pieces.
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', 'big:7', 1, g, 'e', 1 FROM generate_series(5, 2000) AS g`)
+	exec(t, s, `UPDATE instances SET event_count = 2000 WHERE instance_id = 'big:7'`)
+	exec(t, s, `UPDATE executions SET event_count = 2000 WHERE instance_id = 'big:7'`)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	s.onPurge = func(rows int64) {
+		*txs = append(*txs, rows)
+		if len(*txs) == 3 {
+			cancel()
+		}
+	}
+	_, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "big"})
+	require.ErrorIs(t, err, context.Canceled)
+	remaining := count(t, s, `SELECT count(*) FROM instances`)
+	require.Greater(t, remaining, int64(0))
+	require.Less(t, remaining, int64(301))
+	noOrphans(t, s)
+	// What is visible is whole: each visible instance has all its history.
+	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE NOT i.deleting AND i.event_count <>
+		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`))
+
+	s.onPurge = func(rows int64) { *txs = append(*txs, rows) }
+	_, err = s.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "big"})
+	require.NoError(t, err)
+	requireWithin(t, *txs, budget)
+	for _, table := range []string{"instances", "executions", "history"} {
+		require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), table)
+	}
+}
+
+func TestPruneLongChainInBoundedTransactions(t *testing.T) {
+	t.Parallel()
+	const budget = 1500
+	s, txs := boundedStore(t, budget)
+	const chain = 10_000
+	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, execution_count, event_count)
+		VALUES ('acme', 'chain', 'n', '1', $1::INT8, 'Running', 'chain', 1, 1, $1::INT8, $1::INT8 * 2)`, chain)
+	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at, event_count)
+		SELECT 'acme', 'chain', g, CASE WHEN g = $1::INT8 THEN 'Running' ELSE 'ContinuedAsNew' END, g, CASE WHEN g = $1::INT8 THEN NULL ELSE g END, 2
+		FROM generate_series(1, $1::INT8) AS g`, chain)
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', 'chain', e, g, 'e', 1 FROM generate_series(1, $1::INT8) AS e, generate_series(1, 2) AS g`, chain)
+	// One execution too big for a transaction.
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', 'chain', 42, g, 'e', 1 FROM generate_series(3, 4000) AS g`)
+	exec(t, s, `UPDATE executions SET event_count = 4000 WHERE instance_id = 'chain' AND execution_id = 42`)
+	exec(t, s, `UPDATE instances SET event_count = event_count + 3998 WHERE instance_id = 'chain'`)
+
+	res, err := s.PruneExecutions(t.Context(), &store.PruneExecutionsParams{TenantID: "acme", InstanceID: "chain",
+		Options: store.PruneOptions{KeepLast: 10}})
+	require.NoError(t, err)
+	require.Equal(t, int64(chain-10), res.ExecutionsDeleted)
+	require.Equal(t, int64((chain-10)*2+3998), res.EventsDeleted)
+	requireWithin(t, *txs, budget)
+	in, err := s.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: "acme", InstanceID: "chain"})
+	require.NoError(t, err)
+	require.Equal(t, int64(10), in.ExecutionCount)
+	require.Equal(t, int64(20), in.EventCount)
+	require.Equal(t, int64(20), count(t, s, `SELECT count(*) FROM history`))
+	noOrphans(t, s)
+}
+
+// Deletes racing with turns: whichever commits first wins, the other fails
+// cleanly, and nothing of a deleted instance is ever left or recreated.
+func TestDeleteRacesWithTurns(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	ctx := t.Context()
+	require.NoError(t, s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "acme"}))
+	for round := range 30 {
+		id := "racer"
+		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: id, Name: "r", Start: store.Message{Kind: "start"}})
+		require.NoError(t, err, "round %d", round)
+		item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "acme", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.NotNil(t, item)
+
+		var wg sync.WaitGroup
+		var ackErr, delErr error
+		wg.Go(func() {
+			ackErr = s.AckOrchestrationItem(ctx, &store.AckOrchestrationItemParams{
+				Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning,
+				History:    []store.HistoryEvent{{EventID: 1, Kind: "started"}},
+				Activities: []store.ActivityTask{{ActivityID: 2, Name: "a", TaskQueue: "q"}},
+				Messages:   []store.OutgoingMessage{{InstanceID: id, Message: store.Message{Kind: "timer"}, Delay: time.Hour}},
+				Children:   []store.ChildStart{{InstanceID: id + ":c", Name: "c", Start: store.Message{Kind: "start"}, IfTaken: store.Message{Kind: "x"}}},
+			})
+		})
+		wg.Go(func() {
+			_, delErr = s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: "acme", InstanceID: id, Force: true})
+		})
+		wg.Wait()
+		require.NoError(t, delErr)
+		if ackErr != nil {
+			require.True(t, errors.Is(ackErr, store.ErrLeaseLost), "round %d: %v", round, ackErr)
+		}
+		if count(t, s, `SELECT count(*) FROM instances WHERE instance_id = $1`, id) > 0 {
+			// The ack won and created the child: the root's tree is still whole.
+			_, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: "acme", InstanceID: id, Force: true})
+			require.NoError(t, err)
+		}
+		for _, table := range []string{"instances", "executions", "history", "worker_queue", "instance_locks"} {
+			require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), "round %d: %s left behind", round, table)
+		}
+		exec(t, s, `DELETE FROM orchestrator_queue`) // zombie messages, if any, are the fetch's business
+	}
+}
