@@ -4,8 +4,8 @@
 // server reports CockroachDB. Every statement is idempotent and runs on its
 // own, because CockroachDB commits DDL outside the surrounding transaction.
 //
-// The migrator never drops data and never takes locks that PostgreSQL and
-// CockroachDB treat differently; two processes migrating at once both succeed.
+// The migrator never drops data and takes no lock: run one migration at a
+// time (a deploy step or `orchard migrate`); re-running it is always safe.
 package schema
 
 import (

@@ -108,14 +108,19 @@ func serverUser() (*syscall.Credential, error) {
 // (panic, os.Exit, SIGKILL). It then stops the server and removes a
 // throwaway directory, so no server and no files outlive the tests.
 const supervisor = `
-dir=$1; remove=$2; shift 2
+dir=$1; shift
 "$@" </dev/null >>"$dir/postgres.log" 2>&1 &
 pg=$!
 while read -r _; do :; done
 kill -INT "$pg" 2>/dev/null
 wait "$pg"
-if [ "$remove" = 1 ]; then rm -rf "$dir"; fi
+if [ -e "$dir/` + removeMarker + `" ]; then rm -rf "$dir"; fi
 `
+
+// removeMarker in a server's directory tells its supervisor to remove the
+// directory when the server stops. It is written once the server is up, so
+// that a failed start (retried on another port) keeps the cluster.
+const removeMarker = "remove-on-exit"
 
 // StartPostgres starts a PostgreSQL cluster from the machine's binaries and
 // waits until it accepts connections.
@@ -162,10 +167,25 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 			return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 		}
 	}
+	// A free port can be taken by another process before the server binds
+	// it: then the server exits, or a different server answers. Try again
+	// on another port.
+	for attempt := 1; ; attempt++ {
+		srv, err := startServer(ctx, bin, dir, data, remove, cred, opts)
+		if err == nil || opts.Port != 0 || attempt == 3 {
+			if err != nil {
+				cleanup()
+			}
+			return srv, err
+		}
+	}
+}
+
+func startServer(ctx context.Context, bin, dir, data string, remove bool, cred *syscall.Credential, opts PostgresOptions) (*Server, error) {
 	port := opts.Port
 	if port == 0 {
+		var err error
 		if port, err = freePort(); err != nil {
-			cleanup()
 			return nil, err
 		}
 	}
@@ -191,21 +211,15 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	removeFlag := "0"
-	if remove {
-		removeFlag = "1"
-	}
-	cmd := exec.Command("/bin/sh", append([]string{"-c", supervisor, "orchard-postgres", dir, removeFlag}, args...)...)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", supervisor, "orchard-postgres", dir}, args...)...)
 	// Its own process group: a Ctrl-C aimed at the tests reaches the
 	// supervisor only through its closed standard input, so it always cleans up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		cleanup()
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		cleanup()
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	exited := make(chan error, 1)
@@ -219,7 +233,9 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}
-		cleanup()
+		if remove {
+			_ = os.RemoveAll(dir)
+		}
 		return nil
 	}
 	u := url.URL{
@@ -229,22 +245,38 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 		Path:     "/postgres",
 		RawQuery: "sslmode=disable",
 	}
-	if err := waitReady(ctx, u.String(), exited); err != nil {
+	if err := waitReady(ctx, u.String(), data, exited); err != nil {
 		logTail := readTail(filepath.Join(dir, "postgres.log"), 2000)
-		_ = stop()
+		_ = stdin.Close()
+		<-exited
 		return nil, fmt.Errorf("postgres did not start: %w\n%s", err, logTail)
+	}
+	if remove {
+		if err := os.WriteFile(filepath.Join(dir, removeMarker), nil, 0o644); err != nil {
+			_ = stop()
+			return nil, err
+		}
 	}
 	return &Server{URL: u.String(), stop: stop}, nil
 }
 
-func waitReady(ctx context.Context, dsn string, exited <-chan error) error {
+// waitReady waits until the server answers, and checks that it is ours.
+func waitReady(ctx context.Context, dsn, data string, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var lastErr error
 	for {
 		conn, err := pgx.Connect(ctx, dsn)
 		if err == nil {
-			return conn.Close(ctx)
+			var dir string
+			err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
+			_ = conn.Close(ctx)
+			if err == nil && dir != data {
+				return fmt.Errorf("another server (%s) answers on this port", dir)
+			}
+			if err == nil {
+				return nil
+			}
 		}
 		lastErr = err
 		select {

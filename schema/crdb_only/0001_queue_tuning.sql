@@ -7,10 +7,9 @@ CREATE INDEX IF NOT EXISTS orchestrator_queue_visible_sharded
 
 DROP INDEX IF EXISTS orchestrator_queue@orchestrator_queue_visible;
 
-CREATE INDEX IF NOT EXISTS worker_queue_visible_sharded
-    ON worker_queue (tenant_id, task_queue, visible_at) USING HASH;
-
-DROP INDEX IF EXISTS worker_queue@worker_queue_visible;
+-- worker_queue keeps its plain index: its fetch locks the row it claims
+-- (FOR UPDATE SKIP LOCKED), and over a hash-sharded index a locking scan
+-- may lock a candidate per shard.
 
 -- Queue rows live for seconds; keep their MVCC garbage for minutes, not hours.
 ALTER TABLE orchestrator_queue CONFIGURE ZONE USING gc.ttlseconds = 600;

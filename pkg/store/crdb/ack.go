@@ -26,6 +26,9 @@ func (s *Store) AckOrchestrationItem(ctx context.Context, p *store.AckOrchestrat
 	if err := validateAck(p); err != nil {
 		return err
 	}
+	if !validToken(p.Lease.Token) || !validToken(p.MessageIDs...) {
+		return leaseLost(p.Lease)
+	}
 	now := s.now()
 	statements := len(ackStatements(p, now)) + 1
 	var released int64

@@ -386,8 +386,16 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		})
 		return nil
 	})
-	if err != nil || instanceID == "" {
+	if err != nil {
+		// COMMIT travels with the statements: a failure while reading the
+		// results (a cancelled context, a row that will not scan) may come
+		// after the claim committed. Let go of the lease we may hold, so
+		// the instance is not blocked until it expires.
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM instance_locks WHERE lock_token = $1`, token)
 		return nil, false, err
+	}
+	if instanceID == "" {
+		return nil, false, nil
 	}
 	if p.TenantID == "" {
 		s.mu.Lock()
@@ -438,6 +446,9 @@ func (s *Store) RenewOrchestrationLease(ctx context.Context, p *store.RenewOrche
 	if p.Duration <= 0 {
 		return time.Time{}, invalid("lease duration must be positive")
 	}
+	if !validToken(p.Lease.Token) {
+		return time.Time{}, leaseLost(p.Lease)
+	}
 	now := s.now()
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
@@ -466,6 +477,9 @@ func leaseLost(l store.OrchestrationLease) error {
 func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOrchestrationItemParams) error {
 	if p.Delay < 0 {
 		return invalid("negative delay %s", p.Delay)
+	}
+	if !validToken(p.Lease.Token) {
+		return leaseLost(p.Lease)
 	}
 	now := s.now()
 	var released bool

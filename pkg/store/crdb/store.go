@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orchardhq/orchard/pkg/store"
@@ -129,6 +130,17 @@ func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) e
 		return fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrAlreadyExists)
 	}
 	return nil
+}
+
+// validToken reports whether a lease's token (and task id) can be ours at
+// all; one that cannot is simply not held.
+func validToken(tokens ...string) bool {
+	for _, t := range tokens {
+		if uuid.Validate(t) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func invalid(format string, args ...any) error {

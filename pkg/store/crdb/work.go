@@ -100,6 +100,9 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 	if p.Duration <= 0 {
 		return time.Time{}, invalid("lease duration must be positive")
 	}
+	if !validToken(p.Lease.ID, p.Lease.Token) {
+		return time.Time{}, workLeaseLost(p.Lease)
+	}
 	now := s.now()
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
@@ -125,6 +128,9 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) error {
 	if p.Result != nil && p.Result.Kind == "" {
 		return invalid("the result message has no kind")
+	}
+	if !validToken(p.Lease.ID, p.Lease.Token) {
+		return workLeaseLost(p.Lease)
 	}
 	now := s.now()
 	var done bool
@@ -162,6 +168,9 @@ SELECT $1, instance_id, execution_id, $4, $5, $6, $6 FROM done`,
 func (s *Store) AbandonWorkItem(ctx context.Context, p *store.AbandonWorkItemParams) error {
 	if p.Delay < 0 {
 		return invalid("negative delay %s", p.Delay)
+	}
+	if !validToken(p.Lease.ID, p.Lease.Token) {
+		return workLeaseLost(p.Lease)
 	}
 	now := s.now()
 	var released bool

@@ -528,3 +528,48 @@ func testInvalidArguments(t *testing.T, h *harness) {
 	h.ack(turn(item))
 	require.True(t, errors.Is(h.s.AckOrchestrationItem(ctx, turn(item)), store.ErrLeaseLost))
 }
+
+// An ack whose lease was taken over writes nothing at all, whatever it
+// carries: every statement of the ack is guarded, not only the last.
+func testLostLeaseAckWritesNothing(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.scheduleActivities(tenant, "lost", 1) // activity 2 is queued
+	h.enqueue(tenant, "lost", `"go"`, 0)
+	first := h.mustFetch(tenant, "lost")
+	h.clock.Advance(lease)
+	second := h.mustFetch(tenant, "lost")
+
+	p := turn(first)
+	p.Status = store.StatusContinuedAsNew
+	p.ContinueAsNew = &store.ContinueAsNew{Input: []byte(`{}`), Start: store.Message{Kind: kindStart}}
+	p.CancelActivities = []int64{2}
+	p.Activities = []store.ActivityTask{{ActivityID: 9, Name: "new", TaskQueue: queue}}
+	p.Messages = []store.OutgoingMessage{{InstanceID: "lost", Message: store.Message{Kind: kindEvent}}}
+	p.Children = []store.ChildStart{{InstanceID: "lost:child", Name: "c", Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "x"}}}
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), p), store.ErrLeaseLost)
+
+	in := h.instance(tenant, "lost")
+	require.Equal(t, int64(1), in.CurrentExecutionID, "the next execution was started")
+	require.Equal(t, int64(1), in.ExecutionCount)
+	require.Len(t, h.history(tenant, "lost", 1), 2)
+	_, err := h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "lost:child"})
+	require.ErrorIs(t, err, store.ErrNotFound, "the child was created")
+	w := h.fetchWork(tenant)
+	require.NotNil(t, w, "the cancellation went through")
+	require.Equal(t, int64(2), w.ActivityID)
+	require.Nil(t, h.fetchWork(tenant), "the new task was queued")
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease}))
+
+	// The second lease works, and sees only what was there before.
+	require.Len(t, second.Messages, 1)
+	h.ack(turn(second))
+	require.Nil(t, h.fetch(tenant), "the outgoing message was queued")
+
+	// An ack naming another execution than the current one writes nothing either.
+	h.enqueue(tenant, "lost", `"again"`, 0)
+	third := h.mustFetch(tenant, "lost")
+	wrong := turn(third)
+	wrong.ExecutionID = 7
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), wrong), store.ErrLeaseLost)
+	require.Len(t, h.history(tenant, "lost", 1), 3)
+}

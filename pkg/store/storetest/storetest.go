@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"NothingToFetch", testNothingToFetch},
 		{"ExpiredLeaseTakenOver", testExpiredLeaseTakenOver},
 		{"RenewKeepsLease", testRenewKeepsLease},
+		{"LostLeaseAckWritesNothing", testLostLeaseAckWritesNothing},
 		{"AbandonWithDelay", testAbandonWithDelay},
 		{"AckFailurePartWayLeavesNothing", testAckFailurePartWay},
 		{"AckTerminalStatus", testAckTerminalStatus},
