@@ -183,6 +183,14 @@ type Runtime interface {
 	// transaction. ErrLeaseLost, and nothing written, when the lease is no
 	// longer held by this token.
 	AckOrchestrationItem(ctx context.Context, p *AckOrchestrationItemParams) error
+	// FetchOrchestrationItems leases up to Max instances of one tenant at
+	// once (one round trip), for dispatchers that run turns in batches.
+	FetchOrchestrationItems(ctx context.Context, p *FetchOrchestrationItemsParams) ([]*OrchestrationItem, error)
+	// AckOrchestrationItems commits several turns in one transaction and
+	// one round trip. The result holds, for each turn, nil or ErrLeaseLost
+	// (that turn wrote nothing); an error for the whole call means nothing
+	// was written.
+	AckOrchestrationItems(ctx context.Context, p *AckOrchestrationItemsParams) ([]error, error)
 	// AbandonOrchestrationItem releases the lease without consuming
 	// anything; the instance can be fetched again after Delay.
 	AbandonOrchestrationItem(ctx context.Context, p *AbandonOrchestrationItemParams) error
@@ -258,6 +266,19 @@ type FetchOrchestrationItemParams struct {
 	// registered tenants, in turn, so no tenant's backlog starves another's.
 	TenantID      string
 	LeaseDuration time.Duration
+}
+
+// FetchOrchestrationItemsParams says whose work to fetch, how much, and for
+// how long.
+type FetchOrchestrationItemsParams struct {
+	FetchOrchestrationItemParams
+	// Max bounds the instances leased (1 when 0).
+	Max int
+}
+
+// AckOrchestrationItemsParams holds the outcomes of several turns.
+type AckOrchestrationItemsParams struct {
+	Turns []*AckOrchestrationItemParams
 }
 
 // RenewOrchestrationLeaseParams extends a lease.

@@ -2,6 +2,7 @@ package crdb
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -9,46 +10,100 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// AckOrchestrationItem commits a turn in one transaction that travels in one
-// round trip. The turn's correctness rests on the lease and the instance
-// row, not on the isolation level: the first statement pins both with writes
-// (see pinTurn), every statement writes only if they held, and the last one
-// releases the lease, updates the instance, consumes the messages, appends
-// history and updates the execution, and reports whether it all held.
-// Either the lease was held and everything is written, or nothing is.
+// AckOrchestrationItem commits one turn; see AckOrchestrationItems.
+func (s *Store) AckOrchestrationItem(ctx context.Context, p *store.AckOrchestrationItemParams) error {
+	errs, err := s.AckOrchestrationItems(ctx, &store.AckOrchestrationItemsParams{Turns: []*store.AckOrchestrationItemParams{p}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
+// AckOrchestrationItems commits turns in one transaction that travels in one
+// round trip, with a handful of statements whatever the number of turns
+// (each statement carries every turn's rows in arrays). A turn's
+// correctness rests on its lease and its instance row, not on the isolation
+// level: the first statement pins both with writes (pinTurns), every
+// statement writes only the rows of turns that held, and the last one
+// releases the leases, updates the instances, consumes the messages, appends
+// history, updates the executions, and reports which turns held. A turn
+// whose lease was lost writes nothing.
 //
 // It runs READ COMMITTED: under SERIALIZABLE, PostgreSQL's predicate locks
 // (taken on whole index pages) make concurrent turns of neighbouring
 // instances abort each other constantly, though they share no row. A
-// concurrent delete, which is SERIALIZABLE, conflicts with the turn's writes
-// to the lease and instance rows, so one of the two waits and retries.
-func (s *Store) AckOrchestrationItem(ctx context.Context, p *store.AckOrchestrationItemParams) error {
-	if err := validateAck(p); err != nil {
-		return err
+// concurrent delete, which is SERIALIZABLE, conflicts with a turn's writes
+// to its lease and instance rows, so one of the two waits and retries.
+func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestrationItemsParams) ([]error, error) {
+	results := make([]error, len(p.Turns))
+	byTenant := map[string][]int{}
+	var tenants []string
+	for i, t := range p.Turns {
+		if err := validateAck(t); err != nil {
+			return nil, err
+		}
+		if !validToken(t.Lease.Token) || !validToken(t.MessageIDs...) {
+			results[i] = leaseLost(t.Lease)
+			continue
+		}
+		if byTenant[t.Lease.TenantID] == nil {
+			tenants = append(tenants, t.Lease.TenantID)
+		}
+		byTenant[t.Lease.TenantID] = append(byTenant[t.Lease.TenantID], i)
 	}
-	if !validToken(p.Lease.Token) || !validToken(p.MessageIDs...) {
-		return leaseLost(p.Lease)
+	if len(tenants) == 0 {
+		return results, nil
 	}
 	now := s.now()
-	statements := len(ackStatements(p, now)) + 1
-	var released int64
-	err := s.inBatchTx(ctx, pgx.ReadCommitted,
-		func(b *pgx.Batch) { queueAck(b, p, now) },
-		func(br pgx.BatchResults) error {
-			for i := range statements - 1 {
+	held := map[int]bool{}
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		for _, tenant := range tenants {
+			turns := make([]*store.AckOrchestrationItemParams, 0, len(byTenant[tenant]))
+			for _, i := range byTenant[tenant] {
+				turns = append(turns, p.Turns[i])
+			}
+			queueAck(b, tenant, turns, now)
+		}
+	}, func(br pgx.BatchResults) error {
+		clear(held)
+		for _, tenant := range tenants {
+			idx := byTenant[tenant]
+			turns := make([]*store.AckOrchestrationItemParams, 0, len(idx))
+			for _, i := range idx {
+				turns = append(turns, p.Turns[i])
+			}
+			for range ackMiddleStatements(turns) {
 				if _, err := br.Exec(); err != nil {
-					return fmt.Errorf("ack statement %d: %w", i+1, err)
+					return err
 				}
 			}
-			return br.QueryRow().Scan(&released)
-		})
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			ok := map[string]bool{}
+			for _, id := range done {
+				ok[id] = true
+			}
+			for _, i := range idx {
+				held[i] = ok[p.Turns[i].Lease.InstanceID]
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if released != 1 {
-		return leaseLost(p.Lease)
+	for i, t := range p.Turns {
+		if results[i] == nil && !held[i] {
+			results[i] = leaseLost(t.Lease)
+		}
 	}
-	return nil
+	return results, nil
 }
 
 func validateAck(p *store.AckOrchestrationItemParams) error {
@@ -90,201 +145,278 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 	return nil
 }
 
-// Every statement of an ack binds $1..$5 to tenant, instance, lock token,
-// now and the execution the turn ran on.
+// The statements of an ack bind $1 to the tenant and $2 to now, and $3..$5
+// to the turns: instance ids, lease tokens, executions.
 //
-// The statements before the last rely on two rows staying as they are until
-// the transaction ends: the lease (held by this token, not expired) and the
-// instance (still there, not being deleted, still on this execution). The
-// first of them pins both with writes, which conflict on every database and
-// at every isolation level: a claim's compare-and-set and a delete then wait
-// for this transaction, and a SERIALIZABLE delete that lost the race
-// retries and sees what the turn wrote. The later ones only look.
+// The statements before the last rely on two rows per turn staying as they
+// are until the transaction ends: the lease (held by this token, not
+// expired) and the instance (still there, not being deleted, still on this
+// execution). The first statement pins both with writes, which conflict on
+// every database and at every isolation level: a claim's compare-and-set
+// and a delete then wait for this transaction, and a SERIALIZABLE delete
+// that lost the race retries and sees what the turn wrote. The later ones
+// only look.
 const (
-	pinTurn = `pinned_lease AS (
-	UPDATE instance_locks SET locked_until = locked_until
-	WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4
-	RETURNING 1
+	turnsParam = `turns AS (
+	SELECT * FROM unnest($3::TEXT[], $4::UUID[], $5::INT8[]) AS t (instance_id, token, execution_id)
+)`
+	pinTurns = turnsParam + `, pinned_lease AS (
+	UPDATE instance_locks l SET locked_until = l.locked_until
+	FROM turns t
+	WHERE l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
+	RETURNING l.instance_id
 ), turn AS (
-	UPDATE instances SET updated_at = updated_at
-	WHERE tenant_id = $1 AND instance_id = $2 AND current_execution_id = $5 AND NOT deleting
-		AND EXISTS (SELECT 1 FROM pinned_lease)
-	RETURNING 1
+	UPDATE instances i SET updated_at = i.updated_at
+	FROM turns t
+	WHERE i.tenant_id = $1 AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
+		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM pinned_lease)
+	RETURNING i.instance_id
 )`
-	heldTurn = `turn AS (
-	SELECT 1 FROM instance_locks l
-	JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id
-	WHERE l.tenant_id = $1 AND l.instance_id = $2 AND l.lock_token = $3 AND l.locked_until > $4
-		AND i.current_execution_id = $5 AND NOT i.deleting
+	heldTurns = turnsParam + `, turn AS (
+	SELECT t.instance_id FROM turns t
+	JOIN instance_locks l ON l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token
+	JOIN instances i ON i.tenant_id = $1 AND i.instance_id = t.instance_id
+	WHERE l.locked_until > $2 AND i.current_execution_id = t.execution_id AND NOT i.deleting
 )`
-	turnHeld = `EXISTS (SELECT 1 FROM turn)`
 )
 
-// ackStatement is one statement of an ack before the last; sql has a %s
-// where the turn CTE goes.
+// ackStatement is one statement of an ack before the last; its SQL opens
+// with the turn CTE, pinned or held.
 type ackStatement struct {
 	sql  string
 	args []any
-	// touchesInstances: the statement writes instances, so it cannot also
-	// pin the instance row (CockroachDB allows one write per table and
-	// statement).
-	touchesInstances bool
 }
 
-// ackStatements lists the statements of an ack before the last, in order:
-// cancellations first (a turn may cancel and reschedule an activity id),
-// then the next execution, new tasks and messages, and children.
-func ackStatements(p *store.AckOrchestrationItemParams, now int64) []ackStatement {
-	tenant, instance, token, exec := p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, p.ExecutionID
-	base := func(extra ...any) []any { return append([]any{tenant, instance, token, now, exec}, extra...) }
+// ackMiddleStatements lists the statements of an ack before the last, in
+// order: cancellations (a turn may cancel an activity id and schedule it
+// anew), then new tasks, messages and next executions, then children. The
+// first of them pins the turns (queueAck puts pinTurns where the %s is, and
+// heldTurns in the others).
+func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStatement {
+	var cancels, enqueues, children bool
+	for _, t := range turns {
+		cancels = cancels || len(t.CancelActivities) > 0
+		enqueues = enqueues || len(t.Activities) > 0 || len(t.Messages) > 0 || t.ContinueAsNew != nil
+		children = children || len(t.Children) > 0
+	}
+	if !cancels && !enqueues && !children {
+		return nil
+	}
 	var out []ackStatement
 
-	if len(p.CancelActivities) > 0 {
-		out = append(out, ackStatement{sql: `WITH %s
-DELETE FROM worker_queue
-WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $5 AND activity_id = ANY($6::INT8[])
-	AND ` + turnHeld, args: base(p.CancelActivities)})
-	}
-
-	if next := p.ContinueAsNew; next != nil {
-		out = append(out, ackStatement{sql: `WITH %s, e AS (
-	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
-	SELECT $1, $2, $5 + 1, 'Running', $6, $4 WHERE ` + turnHeld + `
-	RETURNING execution_id
-)
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, $2, execution_id, $7, $8, $4, $4 FROM e`,
-			args: base(next.Input, next.Start.Kind, next.Start.Payload)})
-	}
-
-	if len(p.Messages) > 0 || len(p.Activities) > 0 {
-		n := len(p.Messages)
-		targets, execs, kinds, payloads, visible := make([]string, n), make([]int64, n), make([]string, n), make([][]byte, n), make([]int64, n)
-		for i, m := range p.Messages {
-			targets[i], execs[i], kinds[i], payloads[i] = m.InstanceID, m.ExecutionID, m.Message.Kind, m.Message.Payload
-			visible[i] = now + m.Delay.Milliseconds()
+	if cancels {
+		var cInst []string
+		var cExec, cActivity []int64
+		for _, t := range turns {
+			for _, a := range t.CancelActivities {
+				cInst, cExec, cActivity = append(cInst, t.Lease.InstanceID), append(cExec, t.ExecutionID), append(cActivity, a)
+			}
 		}
-		k := len(p.Activities)
-		ids, names, queues, inputs, attempts, taskVisible := make([]int64, k), make([]string, k), make([]string, k), make([][]byte, k), make([]int64, k), make([]int64, k)
-		for i, a := range p.Activities {
-			ids[i], names[i], queues[i], inputs[i] = a.ActivityID, a.Name, a.TaskQueue, a.Input
-			attempts[i] = int64(max(a.Attempt, 1))
-			taskVisible[i] = now + a.Delay.Milliseconds()
+		out = append(out, ackStatement{sql: `WITH %s, cancelled AS (
+	DELETE FROM worker_queue w
+	WHERE w.tenant_id = $1 AND (w.instance_id, w.execution_id, w.activity_id) IN (
+		SELECT * FROM unnest($6::TEXT[], $7::INT8[], $8::INT8[]))
+		AND w.instance_id IN (SELECT instance_id FROM turn)
+	RETURNING 1
+)
+SELECT count(*) FROM turn`, args: []any{cInst, cExec, cActivity}})
+	}
+
+	if enqueues {
+		var (
+			aInst, aName, aQueue           []string
+			aExec, aID, aAttempt, aVisible []int64
+			aInput                         [][]byte
+			oSrc, oTarget, oKind           []string
+			oExec, oVisible                []int64
+			oPayload                       [][]byte
+			nInst, nKind                   []string
+			nExec                          []int64
+			nInput, nPayload               [][]byte
+		)
+		for _, t := range turns {
+			for _, a := range t.Activities {
+				aInst, aExec, aID, aName, aQueue = append(aInst, t.Lease.InstanceID), append(aExec, t.ExecutionID), append(aID, a.ActivityID), append(aName, a.Name), append(aQueue, a.TaskQueue)
+				aInput, aAttempt, aVisible = append(aInput, a.Input), append(aAttempt, int64(max(a.Attempt, 1))), append(aVisible, a.Delay.Milliseconds())
+			}
+			for _, m := range t.Messages {
+				oSrc, oTarget, oExec, oKind = append(oSrc, t.Lease.InstanceID), append(oTarget, m.InstanceID), append(oExec, m.ExecutionID), append(oKind, m.Message.Kind)
+				oPayload, oVisible = append(oPayload, m.Message.Payload), append(oVisible, m.Delay.Milliseconds())
+			}
+			if next := t.ContinueAsNew; next != nil {
+				nInst, nExec, nInput = append(nInst, t.Lease.InstanceID), append(nExec, t.ExecutionID+1), append(nInput, next.Input)
+				nKind, nPayload = append(nKind, next.Start.Kind), append(nPayload, next.Start.Payload)
+			}
 		}
 		out = append(out, ackStatement{sql: `WITH %s, tasks AS (
 	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
 		input, attempt, visible_at, created_at)
-	SELECT $1, $2, $5, u.activity_id, u.name, u.task_queue, u.input, u.attempt, u.visible_at, $4
-	FROM unnest($6::INT8[], $7::TEXT[], $8::TEXT[], $9::BYTEA[], $10::INT8[], $11::INT8[])
-		AS u (activity_id, name, task_queue, input, attempt, visible_at)
-	WHERE ` + turnHeld + `
+	SELECT $1, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, $2 + u.delay, $2
+	FROM unnest($6::TEXT[], $7::INT8[], $8::INT8[], $9::TEXT[], $10::TEXT[], $11::BYTEA[], $12::INT8[], $13::INT8[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay)
+	WHERE u.instance_id IN (SELECT instance_id FROM turn)
+	RETURNING 1
+), next_executions AS (
+	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
+	SELECT $1, u.instance_id, u.execution_id, 'Running', u.input, $2
+	FROM unnest($20::TEXT[], $21::INT8[], $22::BYTEA[]) AS u (instance_id, execution_id, input)
+	WHERE u.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, u.instance_id, u.execution_id, u.kind, u.payload, u.visible_at, $4
-FROM unnest($12::TEXT[], $13::INT8[], $14::TEXT[], $15::BYTEA[], $16::INT8[])
-	AS u (instance_id, execution_id, kind, payload, visible_at)
-WHERE ` + turnHeld,
-			args: base(ids, names, queues, inputs, attempts, taskVisible, targets, execs, kinds, payloads, visible)})
+SELECT $1, u.target, u.execution_id, u.kind, u.payload, $2 + u.delay, $2
+FROM unnest($14::TEXT[], $15::TEXT[], $16::INT8[], $17::TEXT[], $18::BYTEA[], $19::INT8[])
+	AS u (source, target, execution_id, kind, payload, delay)
+WHERE u.source IN (SELECT instance_id FROM turn)
+UNION ALL
+SELECT $1, u.instance_id, u.execution_id, u.kind, u.payload, $2, $2
+FROM unnest($20::TEXT[], $21::INT8[], $23::TEXT[], $24::BYTEA[]) AS u (instance_id, execution_id, kind, payload)
+WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
+			args: []any{aInst, aExec, aID, aName, aQueue, aInput, aAttempt, aVisible,
+				oSrc, oTarget, oExec, oKind, oPayload, oVisible,
+				nInst, nExec, nInput, nKind, nPayload}})
 	}
 
-	for _, c := range p.Children {
-		// The child, its first execution and its start message; or, when
-		// the id is taken, the if-taken message to this instance.
-		out = append(out, ackStatement{touchesInstances: true, sql: `WITH %s, i AS (
+	if children {
+		var (
+			parent, id, name, version, tags, startKind, takenKind []string
+			parentExec                                            []int64
+			input, startPayload, takenPayload                     [][]byte
+		)
+		for _, t := range turns {
+			for _, c := range t.Children {
+				tagJSON, _ := json.Marshal(tagsOf(c.Tags))
+				parent, parentExec, id, name, version = append(parent, t.Lease.InstanceID), append(parentExec, t.ExecutionID), append(id, c.InstanceID), append(name, c.Name), append(version, c.Version)
+				input, tags = append(input, c.Input), append(tags, string(tagJSON))
+				startKind, startPayload, takenKind, takenPayload = append(startKind, c.Start.Kind), append(startPayload, c.Start.Payload), append(takenKind, c.IfTaken.Kind), append(takenPayload, c.IfTaken.Payload)
+			}
+		}
+		// The children, their first executions and start messages; or, when
+		// an id is taken, the if-taken message to the parent.
+		out = append(out, ackStatement{sql: `WITH %s, c AS (
+	SELECT * FROM unnest($6::TEXT[], $7::INT8[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::BYTEA[], $12::TEXT[],
+		$13::TEXT[], $14::BYTEA[], $15::TEXT[], $16::BYTEA[])
+		AS c (parent, parent_execution, instance_id, name, version, input, tags,
+			start_kind, start_payload, taken_kind, taken_payload)
+), created AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		parent_instance_id, root_instance_id, created_at, updated_at, input, tags, execution_count, event_count)
-	SELECT $1, $6, $7, $8, 1, 'Running', $2, root_instance_id, $4, $4, $9, $10, 1, 0
-	FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND ` + turnHeld + `
+	SELECT $1, c.instance_id, c.name, c.version, 1, 'Running', c.parent, p.root_instance_id, $2, $2, c.input,
+		c.tags::JSONB, 1, 0
+	FROM c JOIN instances p ON p.tenant_id = $1 AND p.instance_id = c.parent
+	WHERE c.parent IN (SELECT instance_id FROM turn)
 	ON CONFLICT (tenant_id, instance_id) DO NOTHING
 	RETURNING instance_id
 ), e AS (
 	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
-	SELECT $1, instance_id, 1, 'Running', $9, $4 FROM i
-	RETURNING instance_id
+	SELECT $1, c.instance_id, 1, 'Running', c.input, $2 FROM c WHERE c.instance_id IN (SELECT instance_id FROM created)
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, instance_id, 1, $11::TEXT, $12::BYTEA, $4, $4 FROM i
+SELECT $1, c.instance_id, 1, c.start_kind, c.start_payload, $2, $2 FROM c
+WHERE c.instance_id IN (SELECT instance_id FROM created)
 UNION ALL
-SELECT $1, $2, $5, $13::TEXT, $14::BYTEA, $4, $4 WHERE NOT EXISTS (SELECT 1 FROM i) AND ` + turnHeld,
-			args: base(c.InstanceID, c.Name, c.Version, c.Input, tagsOf(c.Tags),
-				c.Start.Kind, c.Start.Payload, c.IfTaken.Kind, c.IfTaken.Payload)})
+SELECT $1, c.parent, c.parent_execution, c.taken_kind, c.taken_payload, $2, $2 FROM c
+WHERE c.parent IN (SELECT instance_id FROM turn) AND c.instance_id NOT IN (SELECT instance_id FROM created)`,
+			args: []any{parent, parentExec, id, name, version, input, tags, startKind, startPayload, takenKind, takenPayload}})
 	}
-
-	if len(out) > 0 && out[0].touchesInstances {
-		// Only children: pin in a statement of its own.
-		out = append([]ackStatement{{sql: `WITH %s SELECT count(*) FROM turn`, args: base()}}, out...)
+	if !cancels && !enqueues {
+		// Only children, whose statement writes instances and so cannot
+		// pin them too (one write per table and statement, on CockroachDB):
+		// pin on its own first.
+		out = append([]ackStatement{{sql: `WITH %s SELECT count(*) FROM turn`}}, out...)
 	}
 	return out
 }
 
-func queueAck(b *pgx.Batch, p *store.AckOrchestrationItemParams, now int64) {
-	for i, st := range ackStatements(p, now) {
-		cte := heldTurn
+func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemParams, now int64) {
+	n := len(turns)
+	inst, token, exec := make([]string, n), make([]string, n), make([]int64, n)
+	for i, t := range turns {
+		inst[i], token[i], exec[i] = t.Lease.InstanceID, t.Lease.Token, t.ExecutionID
+	}
+	for i, st := range ackMiddleStatements(turns) {
+		turn := heldTurns
 		if i == 0 {
-			cte = pinTurn
+			turn = pinTurns
 		}
-		b.Queue(fmt.Sprintf(st.sql, cte), st.args...)
+		b.Queue(fmt.Sprintf(st.sql, turn), append([]any{tenant, now, inst, token, exec}, st.args...)...)
 	}
 
-	// Last: release the lease and write the turn's own rows, conditioned on
-	// the release and on the instance (still there, not being deleted, on
-	// this execution); the count says whether both held.
-	tenant, instance, token, exec := p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, p.ExecutionID
-	n := len(p.History)
-	eventIDs, kinds, payloads := make([]int64, n), make([]string, n), make([][]byte, n)
-	for i, ev := range p.History {
-		eventIDs[i], kinds[i], payloads[i] = ev.EventID, ev.Kind, ev.Payload
-	}
-	var completedAt, instCompletedAt *int64
-	if p.Status != store.StatusRunning {
-		completedAt = &now
-	}
-	if p.Status.Terminal() {
-		instCompletedAt = &now
-	}
-	var errText *string
-	if p.Error != "" {
-		errText = &p.Error
-	}
-	instStatus, currentExec, newExecutions := p.Status, exec, 0
-	if p.ContinueAsNew != nil {
-		instStatus, currentExec, newExecutions = store.StatusRunning, exec+1, 1
-	}
-	messageIDs := p.MessageIDs
-	if messageIDs == nil {
-		messageIDs = []string{}
+	// Last: release the leases and write the turns' own rows, conditioned
+	// on the release and on the instance (still there, not being deleted,
+	// on this execution); the instance ids returned are the turns that held.
+	var (
+		status, errText, instStatus        []string
+		outputs                            [][]byte
+		completedAt, instCompletedAt       []*int64
+		events, currentExec, newExecutions []int64
+		mInst, mID, hInst, hKind           []string
+		hExec, hEvent                      []int64
+		hPayload                           [][]byte
+	)
+	for _, t := range turns {
+		var done, instDone *int64
+		if t.Status != store.StatusRunning {
+			done = &now
+		}
+		if t.Status.Terminal() {
+			instDone = &now
+		}
+		st, cur, grew := t.Status, t.ExecutionID, int64(0)
+		if t.ContinueAsNew != nil {
+			st, cur, grew = store.StatusRunning, t.ExecutionID+1, 1
+		}
+		status, outputs, errText = append(status, string(t.Status)), append(outputs, t.Output), append(errText, t.Error)
+		completedAt, events = append(completedAt, done), append(events, int64(len(t.History)))
+		instStatus, instCompletedAt, currentExec, newExecutions = append(instStatus, string(st)), append(instCompletedAt, instDone), append(currentExec, cur), append(newExecutions, grew)
+		for _, id := range t.MessageIDs {
+			mInst, mID = append(mInst, t.Lease.InstanceID), append(mID, id)
+		}
+		for _, ev := range t.History {
+			hInst, hExec, hEvent, hKind, hPayload = append(hInst, t.Lease.InstanceID), append(hExec, t.ExecutionID), append(hEvent, ev.EventID), append(hKind, ev.Kind), append(hPayload, ev.Payload)
+		}
 	}
 	b.Queue(`
-WITH lease AS (
-	DELETE FROM instance_locks
-	WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4
-	RETURNING 1
+WITH t AS (
+	SELECT * FROM unnest($3::TEXT[], $4::UUID[], $5::INT8[], $6::TEXT[], $7::BYTEA[], $8::TEXT[], $9::INT8[],
+		$10::INT8[], $11::TEXT[], $12::INT8[], $13::INT8[], $14::INT8[])
+		AS t (instance_id, token, execution_id, status, output, error, completed_at,
+			events, instance_status, instance_completed_at, current_execution_id, new_executions)
+), lease AS (
+	DELETE FROM instance_locks l USING t
+	WHERE l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
+	RETURNING l.instance_id
 ), instance AS (
-	UPDATE instances SET status = $15, completed_at = $16, updated_at = $4, current_execution_id = $17,
-		execution_count = execution_count + $18, event_count = event_count + $14
-	WHERE tenant_id = $1 AND instance_id = $2 AND current_execution_id = $5 AND NOT deleting
-		AND EXISTS (SELECT 1 FROM lease)
-	RETURNING 1
+	UPDATE instances i SET status = t.instance_status, completed_at = t.instance_completed_at, updated_at = $2,
+		current_execution_id = t.current_execution_id, execution_count = i.execution_count + t.new_executions,
+		event_count = i.event_count + t.events
+	FROM t
+	WHERE i.tenant_id = $1 AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
+		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
+	RETURNING i.instance_id
 ), consumed AS (
-	DELETE FROM orchestrator_queue
-	WHERE tenant_id = $1 AND instance_id = $2 AND id = ANY($6::UUID[]) AND EXISTS (SELECT 1 FROM instance)
+	DELETE FROM orchestrator_queue q
+	WHERE q.tenant_id = $1 AND (q.instance_id, q.id) IN (SELECT * FROM unnest($15::TEXT[], $16::UUID[]))
+		AND q.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 ), appended AS (
 	INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, payload, created_at)
-	SELECT $1, $2, $5, u.event_id, u.kind, u.payload, $4
-	FROM unnest($7::INT8[], $8::TEXT[], $9::BYTEA[]) AS u (event_id, kind, payload)
-	WHERE EXISTS (SELECT 1 FROM instance)
+	SELECT $1, u.instance_id, u.execution_id, u.event_id, u.kind, u.payload, $2
+	FROM unnest($17::TEXT[], $18::INT8[], $19::INT8[], $20::TEXT[], $21::BYTEA[])
+		AS u (instance_id, execution_id, event_id, kind, payload)
+	WHERE u.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 ), execution AS (
-	UPDATE executions SET status = $10, output = $11, error = $12, completed_at = $13,
-		event_count = event_count + $14
-	WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $5 AND EXISTS (SELECT 1 FROM instance)
+	UPDATE executions e SET status = t.status, output = t.output, error = NULLIF(t.error, ''),
+		completed_at = t.completed_at, event_count = e.event_count + t.events
+	FROM t
+	WHERE e.tenant_id = $1 AND e.instance_id = t.instance_id AND e.execution_id = t.execution_id
+		AND t.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 )
-SELECT count(*) FROM instance`,
-		tenant, instance, token, now, exec, messageIDs,
-		eventIDs, kinds, payloads,
-		string(p.Status), p.Output, errText, completedAt, int64(n),
-		string(instStatus), instCompletedAt, currentExec, newExecutions)
+SELECT instance_id FROM instance`,
+		tenant, now, inst, token, exec,
+		status, outputs, errText, completedAt, events, instStatus, instCompletedAt, currentExec, newExecutions,
+		mInst, mID, hInst, hExec, hEvent, hKind, hPayload)
 }

@@ -72,21 +72,24 @@ func benchStore(b *testing.B, conns int32) (*crdb.Store, *roundTrips, string) {
 	return s, trips, url
 }
 
-// runCallers splits b.N operations over callers goroutines.
-func runCallers(b *testing.B, callers int, op func(ctx context.Context) error) time.Duration {
+// runCallers has callers goroutines run op until b.N operations are done;
+// op returns how many it did.
+func runCallers(b *testing.B, callers int, op func(ctx context.Context) (int, error)) time.Duration {
 	b.Helper()
-	var next atomic.Int64
+	var done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
 	ctx := b.Context()
 	start := time.Now()
 	for range callers {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				if err := op(ctx); err != nil {
+			for done.Load() < int64(b.N) {
+				n, err := op(ctx)
+				if err != nil {
 					errs <- err
 					return
 				}
+				done.Add(int64(n))
 			}
 		})
 	}
@@ -99,61 +102,80 @@ func runCallers(b *testing.B, callers int, op func(ctx context.Context) error) t
 	return elapsed
 }
 
-// BenchmarkOrchestrationCycle measures fetch + ack of orchestration items.
-// Each turn consumes its messages, appends one history event and sends
-// itself the next message, so 512 instances always have work.
+// BenchmarkOrchestrationCycle measures fetch + ack of orchestration items,
+// one instance at a time (batch=1) and in batches (one fetch leases up to 8
+// instances, one ack commits their turns). A cycle is one instance's turn:
+// it consumes its messages, appends one history event and sends itself the
+// next message, so 512 instances always have work.
 func BenchmarkOrchestrationCycle(b *testing.B) {
-	for _, callers := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			s, trips, url := benchStore(b, int32(callers)+2)
-			ctx := b.Context()
-			for i := range 512 {
-				_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
-					TenantID: "bench", InstanceID: fmt.Sprintf("i-%04d", i), Name: "bench",
-					Start: store.Message{Kind: "start", Payload: []byte(`{}`)},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			analyze(b, url)
-			trips.trips.Store(0)
-			trips.statements.Store(0)
-			var empty atomic.Int64
-			b.ResetTimer()
-			elapsed := runCallers(b, callers, func(ctx context.Context) error {
-				for {
-					item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "bench", LeaseDuration: time.Minute})
-					if err != nil {
-						return err
-					}
-					if item == nil {
-						empty.Add(1)
-						continue
-					}
-					ids := make([]string, len(item.Messages))
-					for i, m := range item.Messages {
-						ids[i] = m.ID
-					}
-					return s.AckOrchestrationItem(ctx, &store.AckOrchestrationItemParams{
-						Lease: item.Lease, ExecutionID: item.Instance.CurrentExecutionID, MessageIDs: ids,
-						History: []store.HistoryEvent{{EventID: int64(len(item.History)) + 1, Kind: "turn", Payload: []byte(`{}`)}},
-						Status:  store.StatusRunning,
-						Messages: []store.OutgoingMessage{{InstanceID: item.Lease.InstanceID,
-							Message: store.Message{Kind: "next", Payload: []byte(`{}`)}}},
-					})
-				}
+	for _, batch := range []int{1, 8} {
+		for _, callers := range []int{1, 4, 16} {
+			b.Run(fmt.Sprintf("batch=%d/callers=%d", batch, callers), func(b *testing.B) {
+				benchmarkOrchestrationCycle(b, batch, callers)
 			})
-			b.StopTimer()
-			rate := float64(b.N) / elapsed.Seconds()
-			b.ReportMetric(rate, "cycles/s")
-			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
-			b.ReportMetric(float64(trips.statements.Load())/float64(b.N), "stmts/cycle")
-			b.ReportMetric(float64(empty.Load())/float64(b.N), "emptyfetch/cycle")
-			if tps := pgbenchInsertRate(b, url); tps > 0 {
-				b.ReportMetric(rate/tps, "x_pgbench_insert")
-			}
+		}
+	}
+}
+
+func benchmarkOrchestrationCycle(b *testing.B, batch, callers int) {
+	s, trips, url := benchStore(b, int32(callers)+2)
+	ctx := b.Context()
+	for i := range 512 {
+		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+			TenantID: "bench", InstanceID: fmt.Sprintf("i-%04d", i), Name: "bench",
+			Start: store.Message{Kind: "start", Payload: []byte(`{}`)},
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	analyze(b, url)
+	trips.trips.Store(0)
+	trips.statements.Store(0)
+	var empty atomic.Int64
+	b.ResetTimer()
+	elapsed := runCallers(b, callers, func(ctx context.Context) (int, error) {
+		items, err := s.FetchOrchestrationItems(ctx, &store.FetchOrchestrationItemsParams{
+			FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: "bench", LeaseDuration: time.Minute},
+			Max:                          batch,
+		})
+		if err != nil || len(items) == 0 {
+			empty.Add(1)
+			return 0, err
+		}
+		turns := make([]*store.AckOrchestrationItemParams, len(items))
+		for i, item := range items {
+			ids := make([]string, len(item.Messages))
+			for j, m := range item.Messages {
+				ids[j] = m.ID
+			}
+			turns[i] = &store.AckOrchestrationItemParams{
+				Lease: item.Lease, ExecutionID: item.Instance.CurrentExecutionID, MessageIDs: ids,
+				History: []store.HistoryEvent{{EventID: int64(len(item.History)) + 1, Kind: "turn", Payload: []byte(`{}`)}},
+				Status:  store.StatusRunning,
+				Messages: []store.OutgoingMessage{{InstanceID: item.Lease.InstanceID,
+					Message: store.Message{Kind: "next", Payload: []byte(`{}`)}}},
+			}
+		}
+		errs, err := s.AckOrchestrationItems(ctx, &store.AckOrchestrationItemsParams{Turns: turns})
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range errs {
+			if e != nil {
+				return 0, e
+			}
+		}
+		return len(items), nil
+	})
+	b.StopTimer()
+	rate := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(rate, "cycles/s")
+	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
+	b.ReportMetric(float64(trips.statements.Load())/float64(b.N), "stmts/cycle")
+	b.ReportMetric(float64(empty.Load())/float64(b.N), "emptyfetch/cycle")
+	if tps := pgbenchInsertRate(b, url); tps > 0 {
+		b.ReportMetric(rate/tps, "x_pgbench_insert")
 	}
 }
 
@@ -197,15 +219,15 @@ func BenchmarkWorkItemCycle(b *testing.B) {
 			trips.trips.Store(0)
 			trips.statements.Store(0)
 			b.ResetTimer()
-			elapsed := runCallers(b, callers, func(ctx context.Context) error {
+			elapsed := runCallers(b, callers, func(ctx context.Context) (int, error) {
 				w, err := s.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: "bench", TaskQueue: "q", LeaseDuration: time.Minute})
 				if err != nil {
-					return err
+					return 0, err
 				}
 				if w == nil {
-					return fmt.Errorf("the queue ran dry")
+					return 0, fmt.Errorf("the queue ran dry")
 				}
-				return s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
+				return 1, s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
 			})
 			b.StopTimer()
 			rate := float64(b.N) / elapsed.Seconds()

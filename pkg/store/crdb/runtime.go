@@ -209,42 +209,44 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 	return events, rows.Err()
 }
 
-// The claim statements lease one instance that has visible messages and no
-// live lease, in one statement: pick at random among the instances of the
-// oldest messages (so that concurrent dispatchers rarely reach for the same
-// one), then insert the lease, or take over an expired one by
-// compare-and-set, and return the instance (or NULLs for a zombie). Zero
-// rows back means another dispatcher won the race.
+// The claim statements lease up to $5 instances that have visible messages
+// and no live lease, in one statement: pick at random among the instances
+// of the oldest messages (so that concurrent dispatchers rarely reach for
+// the same ones), then insert the leases, or take over expired ones by
+// compare-and-set, and return the instances (or NULLs for a zombie).
+// Instances another dispatcher won in the meantime are simply not returned.
 //
-// The window is read in index order without a range predicate, so that the
-// plan is an index scan that stops after claimWindow entries whatever the
-// statistics say; only when every instance in the window is leased does the
-// second branch look deeper. UNION ALL under LIMIT 1 runs the second branch
-// only when the first finds nothing.
+// The window ($6 entries) is read in index order without a range predicate,
+// so that the plan is an index scan that stops early whatever the statistics
+// say; only when every instance in the window is leased does the second
+// branch look deeper, for one instance.
 const claimCandidates = `
 win AS (
 	SELECT q.tenant_id, q.instance_id, q.visible_at FROM orchestrator_queue q
 	WHERE q.tenant_id = %[1]s
 	ORDER BY q.visible_at
-	LIMIT %[2]d
-), cand AS (
-	(SELECT w.tenant_id, w.instance_id FROM win w
+	LIMIT $6
+), near AS (
+	SELECT w.tenant_id, w.instance_id FROM win w
 	WHERE w.visible_at <= $1
 		AND NOT EXISTS (SELECT 1 FROM instance_locks l
 			WHERE l.tenant_id = w.tenant_id AND l.instance_id = w.instance_id AND l.locked_until > $1)
+	GROUP BY w.tenant_id, w.instance_id
 	ORDER BY random()
-	LIMIT 1)
+	LIMIT $5
+), cand AS (
+	SELECT tenant_id, instance_id FROM near
 	UNION ALL
 	(SELECT q.tenant_id, q.instance_id FROM orchestrator_queue q
-	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1
+	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND NOT EXISTS (SELECT 1 FROM near)
 		AND NOT EXISTS (SELECT 1 FROM instance_locks l
 			WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1)
 	ORDER BY q.visible_at
 	LIMIT 1)
-	LIMIT 1
 ), claimed AS (
 	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
 	SELECT tenant_id, instance_id, $2, $3 FROM cand
+	ORDER BY instance_id -- claims of several rows lock them in one order: no deadlocks
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
 		SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
 		WHERE instance_locks.locked_until <= $1
@@ -260,7 +262,7 @@ LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instan
 	AND e.execution_id = i.current_execution_id`
 
 var (
-	claimForTenant = "WITH " + fmt.Sprintf(claimCandidates, "$4", claimWindow)
+	claimForTenant = "WITH " + fmt.Sprintf(claimCandidates, "$4")
 
 	// claimForAnyTenant serves tenants in turn: the first registered tenant
 	// after $4 (wrapping around) that has claimable work.
@@ -272,150 +274,183 @@ var (
 				WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1))
 	ORDER BY t.tenant_id <= $4, t.tenant_id
 	LIMIT 1
-), ` + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)", claimWindow)
+), ` + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)")
 )
 
-// FetchOrchestrationItem leases an instance and reads what its turn needs.
+// MaxFetchBatch bounds the instances one fetch leases.
+const MaxFetchBatch = 100
+
+// FetchOrchestrationItem leases one instance and reads what its turn needs.
 func (s *Store) FetchOrchestrationItem(ctx context.Context, p *store.FetchOrchestrationItemParams) (*store.OrchestrationItem, error) {
+	items, err := s.FetchOrchestrationItems(ctx, &store.FetchOrchestrationItemsParams{FetchOrchestrationItemParams: *p, Max: 1})
+	if err != nil || len(items) == 0 {
+		return nil, err
+	}
+	return items[0], nil
+}
+
+// FetchOrchestrationItems leases up to Max instances of one tenant and reads
+// what their turns need, in one round trip.
+func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrchestrationItemsParams) ([]*store.OrchestrationItem, error) {
 	if p.LeaseDuration <= 0 {
 		return nil, invalid("lease duration must be positive")
+	}
+	max := p.Max
+	switch {
+	case max == 0:
+		max = 1
+	case max < 0 || max > MaxFetchBatch:
+		return nil, invalid("max must be between 1 and %d, got %d", MaxFetchBatch, max)
 	}
 	// A few rounds: a round ends early when the claim finds only zombie
 	// messages, or messages consumed under its nose.
 	for range 8 {
-		item, again, err := s.fetchOnce(ctx, p)
-		if err != nil || !again {
-			return item, err
+		items, again, err := s.fetchOnce(ctx, &p.FetchOrchestrationItemParams, max)
+		if err != nil || len(items) > 0 || !again {
+			return items, err
 		}
 	}
 	return nil, nil
 }
 
 // leasedInputs follows a claim in the same round trip: the current
-// execution's history ('h' rows, by event id) and the visible messages ('m'
-// rows, oldest first) of the instance leased under token $1.
+// execution's history ('h' rows) and the visible messages ('m' rows, at most
+// $3 per instance, oldest first) of the instances leased under token $1.
 const leasedInputs = `
-(SELECT 'h', '', h.event_id, h.kind, h.payload, h.created_at, 0
+(SELECT 'h', i.instance_id, '', h.event_id, h.kind, h.payload, h.created_at, 0
 FROM instance_locks l
 JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id
 JOIN history h ON h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id
 	AND h.execution_id = i.current_execution_id
 WHERE l.lock_token = $1)
 UNION ALL
-(SELECT 'm', q.id::TEXT, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at
-FROM instance_locks l
-JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-WHERE l.lock_token = $1 AND q.visible_at <= $2
-ORDER BY q.visible_at, q.created_at, q.id
-LIMIT $3)`
+(SELECT 'm', m.instance_id, m.id::TEXT, m.execution_id, m.kind, m.payload, m.visible_at, m.created_at
+FROM (
+	SELECT q.instance_id, q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at,
+		row_number() OVER (PARTITION BY q.instance_id ORDER BY q.visible_at, q.created_at, q.id) AS n
+	FROM instance_locks l
+	JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+	WHERE l.lock_token = $1 AND q.visible_at <= $2
+) m
+WHERE m.n <= $3)`
 
-// fetchOnce claims an instance and reads its turn's inputs in one round
+// fetchOnce claims instances and reads their turns' inputs in one round
 // trip, as one READ COMMITTED transaction. The claim is a compare-and-set on
 // instance_locks, correct at any isolation level; under SERIALIZABLE on
 // PostgreSQL, claims and acks would abort each other on predicate locks of
 // the queue's index pages for no gain. (CockroachDB runs it SERIALIZABLE
 // unless read committed is enabled on the cluster, and is just as correct.)
-func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemParams) (item *store.OrchestrationItem, again bool, err error) {
+// The leases of one fetch share a token; each names its instance.
+func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemParams, max int) (items []*store.OrchestrationItem, again bool, err error) {
 	now := s.now()
 	token := uuid.NewString()
 	until := now + p.LeaseDuration.Milliseconds()
 	var (
-		tenantID, instanceID string
-		in                   *store.Instance
-		history              []store.HistoryEvent
-		messages             []store.QueuedMessage
+		claimed  []store.Instance // InstanceID and TenantID always set; Name empty for a zombie
+		history  map[string][]store.HistoryEvent
+		messages map[string][]store.QueuedMessage
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		window := max * claimWindow
 		if p.TenantID != "" {
-			b.Queue(claimForTenant, now, token, until, p.TenantID)
+			b.Queue(claimForTenant, now, token, until, p.TenantID, max, window)
 		} else {
 			s.mu.Lock()
 			after := s.orchestratorTurn
 			s.mu.Unlock()
-			b.Queue(claimForAnyTenant, now, token, until, after)
+			b.Queue(claimForAnyTenant, now, token, until, after, max, window)
 		}
 		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
 	}, func(br pgx.BatchResults) error {
-		tenantID, instanceID, in, history, messages = "", "", nil, nil, nil
-		var exists bool
-		var status, name, version, root *string
-		var execID, createdAt, updatedAt, execCount, eventCount *int64
-		var completedAt *int64
-		candidate := store.Instance{}
-		err := br.QueryRow().Scan(&tenantID, &instanceID, &exists, &name, &version, &status, &execID,
-			&candidate.ParentInstanceID, &root, &candidate.Input, &candidate.Output, &candidate.Error,
-			&candidate.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if exists {
-			candidate.TenantID, candidate.InstanceID = tenantID, instanceID
-			candidate.Name, candidate.Version, candidate.Status = *name, *version, store.Status(*status)
-			candidate.CurrentExecutionID, candidate.RootInstanceID = *execID, *root
-			candidate.CreatedAt, candidate.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
-			candidate.CompletedAt = fromNullMillis(completedAt)
-			candidate.ExecutionCount, candidate.EventCount = *execCount, *eventCount
-			in = &candidate
-		}
+		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
 		for rows.Next() {
-			var source, id, kind string
-			var num, t1, t2 int64
-			var payload []byte
-			if err := rows.Scan(&source, &id, &num, &kind, &payload, &t1, &t2); err != nil {
+			var in store.Instance
+			var exists bool
+			var status, name, version, root *string
+			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
+			if err := rows.Scan(&in.TenantID, &in.InstanceID, &exists, &name, &version, &status, &execID,
+				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
+				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount); err != nil {
+				rows.Close()
 				return err
 			}
-			if source == "h" {
-				history = append(history, store.HistoryEvent{EventID: num, Kind: kind, Payload: payload, CreatedAt: fromMillis(t1)})
-			} else {
-				messages = append(messages, store.QueuedMessage{ID: id, InstanceID: instanceID, ExecutionID: num,
-					Message: store.Message{Kind: kind, Payload: payload}, VisibleAt: fromMillis(t1), CreatedAt: fromMillis(t2)})
+			if exists {
+				in.Name, in.Version, in.Status = *name, *version, store.Status(*status)
+				in.CurrentExecutionID, in.RootInstanceID = *execID, *root
+				in.CreatedAt, in.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
+				in.CompletedAt = fromNullMillis(completedAt)
+				in.ExecutionCount, in.EventCount = *execCount, *eventCount
 			}
+			claimed = append(claimed, in)
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		// UNION ALL keeps no order across its branches: put each in its own.
-		slices.SortFunc(history, func(a, b store.HistoryEvent) int { return cmp.Compare(a.EventID, b.EventID) })
-		slices.SortStableFunc(messages, func(a, b store.QueuedMessage) int {
-			return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-		})
-		return nil
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var source, instance, id, kind string
+			var num, t1, t2 int64
+			var payload []byte
+			if err := rows.Scan(&source, &instance, &id, &num, &kind, &payload, &t1, &t2); err != nil {
+				return err
+			}
+			if source == "h" {
+				history[instance] = append(history[instance], store.HistoryEvent{EventID: num, Kind: kind, Payload: payload, CreatedAt: fromMillis(t1)})
+			} else {
+				messages[instance] = append(messages[instance], store.QueuedMessage{ID: id, InstanceID: instance, ExecutionID: num,
+					Message: store.Message{Kind: kind, Payload: payload}, VisibleAt: fromMillis(t1), CreatedAt: fromMillis(t2)})
+			}
+		}
+		return rows.Err()
 	})
 	if err != nil {
 		// COMMIT travels with the statements: a failure while reading the
 		// results (a cancelled context, a row that will not scan) may come
-		// after the claim committed. Let go of the lease we may hold, so
-		// the instance is not blocked until it expires.
+		// after the claim committed. Let go of the leases we may hold, so
+		// the instances are not blocked until they expire.
 		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM instance_locks WHERE lock_token = $1`, token)
 		return nil, false, err
 	}
-	if instanceID == "" {
-		return nil, false, nil
-	}
-	if p.TenantID == "" {
+	if len(claimed) > 0 && p.TenantID == "" {
 		s.mu.Lock()
-		s.orchestratorTurn = tenantID
+		s.orchestratorTurn = claimed[0].TenantID
 		s.mu.Unlock()
 	}
-	lease := store.OrchestrationLease{TenantID: tenantID, InstanceID: instanceID, Token: token, ExpiresAt: fromMillis(until)}
-	switch {
-	case in == nil:
-		return nil, true, s.consumeZombies(ctx, lease, messages)
-	case len(messages) == 0:
-		// Another dispatcher consumed them between our candidate scan and
-		// our claim: let go and look again.
-		err := s.AbandonOrchestrationItem(ctx, &store.AbandonOrchestrationItemParams{Lease: lease})
-		if errors.Is(err, store.ErrLeaseLost) {
-			err = nil
+	for _, in := range claimed {
+		lease := store.OrchestrationLease{TenantID: in.TenantID, InstanceID: in.InstanceID, Token: token, ExpiresAt: fromMillis(until)}
+		msgs := messages[in.InstanceID]
+		switch {
+		case in.Name == "":
+			if err := s.consumeZombies(ctx, lease, msgs); err != nil {
+				return items, false, err
+			}
+			again = true
+		case len(msgs) == 0:
+			// Another dispatcher consumed them between our candidate scan
+			// and our claim: let go.
+			err := s.AbandonOrchestrationItem(ctx, &store.AbandonOrchestrationItemParams{Lease: lease})
+			if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+				return items, false, err
+			}
+			again = true
+		default:
+			h := history[in.InstanceID]
+			// UNION ALL keeps no order across its branches: put each in its own.
+			slices.SortFunc(h, func(a, b store.HistoryEvent) int { return cmp.Compare(a.EventID, b.EventID) })
+			slices.SortStableFunc(msgs, func(a, b store.QueuedMessage) int {
+				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+			})
+			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs})
 		}
-		return nil, true, err
 	}
-	return &store.OrchestrationItem{Lease: lease, Instance: *in, History: history, Messages: messages}, false, nil
+	return items, again, nil
 }
 
 // consumeZombies deletes the messages of an instance that does not exist

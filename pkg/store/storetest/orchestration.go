@@ -573,3 +573,62 @@ func testLostLeaseAckWritesNothing(t *testing.T, h *harness) {
 	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), wrong), store.ErrLeaseLost)
 	require.Len(t, h.history(tenant, "lost", 1), 3)
 }
+
+// Batches: one fetch leases several instances, one ack commits several
+// turns, and a turn whose lease was lost fails alone.
+func testBatchFetchAndAck(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	for i := range 12 {
+		h.start(tenant, fmt.Sprintf("b-%02d", i))
+	}
+	items, err := h.s.FetchOrchestrationItems(h.ctx(), &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease}, Max: 5,
+	})
+	require.NoError(t, err)
+	require.Len(t, items, 5)
+	ids := map[string]bool{}
+	for _, it := range items {
+		ids[it.Lease.InstanceID] = true
+		require.Len(t, it.Messages, 1)
+		require.Equal(t, it.Lease.InstanceID, it.Instance.InstanceID)
+	}
+	require.Len(t, ids, 5, "an instance was leased twice in one batch")
+
+	rest, err := h.s.FetchOrchestrationItems(h.ctx(), &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease}, Max: 100,
+	})
+	require.NoError(t, err)
+	require.Len(t, rest, 7, "the other instances, and none of the leased ones")
+	for _, it := range rest {
+		require.False(t, ids[it.Lease.InstanceID])
+	}
+
+	// Ack all five, one of them with a lease that is not held.
+	turns := make([]*store.AckOrchestrationItemParams, len(items))
+	for i, it := range items {
+		turns[i] = turn(it)
+		turns[i].Activities = []store.ActivityTask{{ActivityID: 2, Name: "a", TaskQueue: queue}}
+	}
+	turns[2].Lease.Token = rest[0].Lease.Token // another fetch's token
+	errs, err := h.s.AckOrchestrationItems(h.ctx(), &store.AckOrchestrationItemsParams{Turns: turns})
+	require.NoError(t, err)
+	for i, e := range errs {
+		if i == 2 {
+			require.ErrorIs(t, e, store.ErrLeaseLost)
+			continue
+		}
+		require.NoError(t, e)
+		require.Len(t, h.history(tenant, items[i].Lease.InstanceID, 0), 1)
+	}
+	require.Empty(t, h.history(tenant, items[2].Lease.InstanceID, 0))
+	tasks := 0
+	for h.fetchWork(tenant) != nil {
+		tasks++
+	}
+	require.Equal(t, 4, tasks)
+
+	_, err = h.s.FetchOrchestrationItems(h.ctx(), &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease}, Max: 1000,
+	})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+}

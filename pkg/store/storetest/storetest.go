@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ExpiredLeaseTakenOver", testExpiredLeaseTakenOver},
 		{"RenewKeepsLease", testRenewKeepsLease},
 		{"LostLeaseAckWritesNothing", testLostLeaseAckWritesNothing},
+		{"BatchFetchAndAck", testBatchFetchAndAck},
 		{"AbandonWithDelay", testAbandonWithDelay},
 		{"AckFailurePartWayLeavesNothing", testAckFailurePartWay},
 		{"AckTerminalStatus", testAckTerminalStatus},
