@@ -351,7 +351,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		messages map[string][]store.QueuedMessage
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		window := max * claimWindow
+		window := claimWindow + 2*max
 		if p.TenantID != "" {
 			b.Queue(claimForTenant, now, token, until, p.TenantID, max, window)
 		} else {
