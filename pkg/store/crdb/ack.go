@@ -311,6 +311,11 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
 	SELECT $1, c.instance_id, 1, 'Running', c.input, $2 FROM c WHERE c.instance_id IN (SELECT instance_id FROM created)
 	RETURNING 1
+), leases AS (
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
+	SELECT $1, instance_id, gen_random_uuid(), 0 FROM created
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, c.instance_id, 1, c.start_kind, c.start_payload, $2, $2 FROM c
@@ -384,7 +389,8 @@ WITH t AS (
 		AS t (instance_id, token, execution_id, status, output, error, completed_at,
 			events, instance_status, instance_completed_at, current_execution_id, new_executions)
 ), lease AS (
-	DELETE FROM instance_locks l USING t
+	UPDATE instance_locks l SET locked_until = 0
+	FROM t
 	WHERE l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
 	RETURNING l.instance_id
 ), instance AS (

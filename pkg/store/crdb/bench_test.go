@@ -104,11 +104,11 @@ func runCallers(b *testing.B, callers int, op func(ctx context.Context) (int, er
 
 // BenchmarkOrchestrationCycle measures fetch + ack of orchestration items,
 // one instance at a time (batch=1) and in batches (one fetch leases up to 8
-// instances, one ack commits their turns). A cycle is one instance's turn:
-// it consumes its messages, appends one history event and sends itself the
-// next message, so 512 instances always have work.
+// or 16 instances, one ack commits their turns). A cycle is one instance's
+// turn: it consumes its messages, appends one history event and sends
+// itself the next message, so 2,048 instances always have work.
 func BenchmarkOrchestrationCycle(b *testing.B) {
-	for _, batch := range []int{1, 8} {
+	for _, batch := range []int{1, 8, 16} {
 		for _, callers := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("batch=%d/callers=%d", batch, callers), func(b *testing.B) {
 				benchmarkOrchestrationCycle(b, batch, callers)
@@ -120,7 +120,7 @@ func BenchmarkOrchestrationCycle(b *testing.B) {
 func benchmarkOrchestrationCycle(b *testing.B, batch, callers int) {
 	s, trips, url := benchStore(b, int32(callers)+2)
 	ctx := b.Context()
-	for i := range 512 {
+	for i := range 2048 {
 		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
 			TenantID: "bench", InstanceID: fmt.Sprintf("i-%04d", i), Name: "bench",
 			Start: store.Message{Kind: "start", Payload: []byte(`{}`)},

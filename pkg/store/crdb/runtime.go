@@ -43,6 +43,11 @@ WITH i AS (
 	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
 	SELECT $1, instance_id, 1, 'Running', $6, $5 FROM i
 	RETURNING instance_id
+), l AS (
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
+	SELECT $1, instance_id, gen_random_uuid(), 0 FROM i
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, instance_id, 1, $8, $9, $5, $5 FROM i`,
@@ -210,47 +215,44 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 }
 
 // The claim statements lease up to $5 instances that have visible messages
-// and no live lease, in one statement: pick at random among the instances
-// of the oldest messages (so that concurrent dispatchers rarely reach for
-// the same ones), then insert the leases, or take over expired ones by
-// compare-and-set, and return the instances (or NULLs for a zombie).
-// Instances another dispatcher won in the meantime are simply not returned.
+// and a free lease, in one statement, and return them (NULLs for an instance
+// that is gone or being deleted). Every instance has its lease row from
+// creation to deletion; a claim picks free ones at random among the
+// instances of the oldest messages, locks them skipping those another claim
+// is taking (SKIP LOCKED: claims never queue behind each other), and takes
+// them by compare-and-set (locked_until <= now), which alone makes it
+// correct.
 //
 // The window ($6 entries) is read in index order without a range predicate,
 // so that the plan is an index scan that stops early whatever the statistics
-// say; only when every instance in the window is leased does the second
+// say; only when no instance in the window can be had does the second
 // branch look deeper, for one instance.
 const claimCandidates = `
 win AS (
-	SELECT q.tenant_id, q.instance_id, q.visible_at FROM orchestrator_queue q
+	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
 	WHERE q.tenant_id = %[1]s
 	ORDER BY q.visible_at
 	LIMIT $6
 ), near AS (
-	SELECT w.tenant_id, w.instance_id FROM win w
-	WHERE w.visible_at <= $1
-		AND NOT EXISTS (SELECT 1 FROM instance_locks l
-			WHERE l.tenant_id = w.tenant_id AND l.instance_id = w.instance_id AND l.locked_until > $1)
-	GROUP BY w.tenant_id, w.instance_id
+	SELECT l.tenant_id, l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = %[1]s AND l.locked_until <= $1
+		AND l.instance_id IN (SELECT w.instance_id FROM win w WHERE w.visible_at <= $1)
 	ORDER BY random()
 	LIMIT $5
-), cand AS (
-	SELECT tenant_id, instance_id FROM near
-	UNION ALL
-	(SELECT q.tenant_id, q.instance_id FROM orchestrator_queue q
-	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND NOT EXISTS (SELECT 1 FROM near)
-		AND NOT EXISTS (SELECT 1 FROM instance_locks l
-			WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1)
+	FOR UPDATE SKIP LOCKED
+), deep AS (
+	SELECT l.tenant_id, l.instance_id FROM orchestrator_queue q
+	JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
+	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND l.locked_until <= $1
+		AND NOT EXISTS (SELECT 1 FROM near)
 	ORDER BY q.visible_at
-	LIMIT 1)
+	LIMIT 1
+	FOR UPDATE OF l SKIP LOCKED
 ), claimed AS (
-	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
-	SELECT tenant_id, instance_id, $2, $3 FROM cand
-	ORDER BY instance_id -- claims of several rows lock them in one order: no deadlocks
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lock_token = excluded.lock_token, locked_until = excluded.locked_until
-		WHERE instance_locks.locked_until <= $1
-	RETURNING tenant_id, instance_id
+	UPDATE instance_locks l SET lock_token = $2, locked_until = $3
+	FROM (SELECT tenant_id, instance_id FROM near UNION ALL SELECT tenant_id, instance_id FROM deep) c
+	WHERE l.tenant_id = c.tenant_id AND l.instance_id = c.instance_id AND l.locked_until <= $1
+	RETURNING l.tenant_id, l.instance_id
 )
 SELECT c.tenant_id, c.instance_id, i.instance_id IS NOT NULL,
 	i.name, i.version, i.status, i.current_execution_id,
@@ -269,12 +271,28 @@ var (
 	claimForAnyTenant = `WITH pick AS (
 	SELECT t.tenant_id FROM tenants t
 	WHERE EXISTS (SELECT 1 FROM orchestrator_queue q
-		WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1
-			AND NOT EXISTS (SELECT 1 FROM instance_locks l
-				WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id AND l.locked_until > $1))
+		LEFT JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
+		WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1 AND (l.locked_until IS NULL OR l.locked_until <= $1))
 	ORDER BY t.tenant_id <= $4, t.tenant_id
 	LIMIT 1
 ), ` + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)")
+
+	// claimZombie leases, for tenant $4, one instance among the oldest
+	// visible messages ($5 entries) that has no lease row: its messages
+	// outlived it (it was deleted). The fetch then consumes them.
+	claimZombie = `
+INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
+SELECT $4, w.instance_id, $2, $3 FROM (
+	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
+	WHERE q.tenant_id = $4
+	ORDER BY q.visible_at
+	LIMIT $5
+) w
+WHERE w.visible_at <= $1
+	AND NOT EXISTS (SELECT 1 FROM instance_locks l WHERE l.tenant_id = $4 AND l.instance_id = w.instance_id)
+LIMIT 1
+ON CONFLICT (tenant_id, instance_id) DO NOTHING
+RETURNING tenant_id, instance_id`
 )
 
 // MaxFetchBatch bounds the instances one fetch leases.
@@ -306,11 +324,75 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 	// messages, or messages consumed under its nose.
 	for range 8 {
 		items, again, err := s.fetchOnce(ctx, &p.FetchOrchestrationItemParams, max)
-		if err != nil || len(items) > 0 || !again {
-			return items, err
+		if err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			// No work: consume the messages of instances that are gone,
+			// which no claim takes (they have no lease row).
+			consumed, err := s.consumeZombieMessages(ctx, p.TenantID, p.LeaseDuration)
+			if err != nil {
+				return items, err
+			}
+			again = again || consumed
+		}
+		if len(items) > 0 || !again {
+			return items, nil
 		}
 	}
 	return nil, nil
+}
+
+// consumeZombieMessages consumes the visible messages of one instance that
+// no longer exists, for a tenant (any tenant when empty), and reports
+// whether it found one.
+func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leaseDuration time.Duration) (bool, error) {
+	now := s.now()
+	if tenantID == "" {
+		err := s.retry(ctx, func(ctx context.Context) error {
+			err := s.pool.QueryRow(ctx, `SELECT q.tenant_id FROM orchestrator_queue q
+				WHERE q.visible_at <= $1 AND NOT EXISTS (SELECT 1 FROM instance_locks l
+					WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id)
+				LIMIT 1`, now).Scan(&tenantID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		if err != nil || tenantID == "" {
+			return false, err
+		}
+	}
+	token := uuid.NewString()
+	var instanceID string
+	var messages []store.QueuedMessage
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(claimZombie, now, token, now+leaseDuration.Milliseconds(), tenantID, claimWindow)
+		b.Queue(`SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_locks l
+			JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+			WHERE l.tenant_id = $1 AND l.lock_token = $2 AND q.visible_at <= $3
+			LIMIT $4`, tenantID, token, now, s.opts.MaxMessagesPerTurn)
+	}, func(br pgx.BatchResults) error {
+		instanceID, messages = "", nil
+		var tenant string
+		if err := br.QueryRow().Scan(&tenant, &instanceID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		messages, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QueuedMessage, error) {
+			var m store.QueuedMessage
+			return m, r.Scan(&m.InstanceID, &m.ID, &m.Kind)
+		})
+		return err
+	})
+	if err != nil || instanceID == "" {
+		return false, err
+	}
+	lease := store.OrchestrationLease{TenantID: tenantID, InstanceID: instanceID, Token: token}
+	return true, s.consumeZombies(ctx, lease, messages)
 }
 
 // leasedInputs follows a claim in the same round trip: the current
@@ -351,7 +433,9 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		messages map[string][]store.QueuedMessage
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		window := claimWindow + 2*max
+		// Room enough that concurrent claims find different free
+		// instances; every entry costs a lease lookup.
+		window := claimWindow + 16*max
 		if p.TenantID != "" {
 			b.Queue(claimForTenant, now, token, until, p.TenantID, max, window)
 		} else {
@@ -415,7 +499,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		// results (a cancelled context, a row that will not scan) may come
 		// after the claim committed. Let go of the leases we may hold, so
 		// the instances are not blocked until they expire.
-		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM instance_locks WHERE lock_token = $1`, token)
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `UPDATE instance_locks SET locked_until = 0 WHERE lock_token = $1`, token)
 		return nil, false, err
 	}
 	if len(claimed) > 0 && p.TenantID == "" {
@@ -522,7 +606,7 @@ func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOr
 		var err error
 		var n int64
 		if p.Delay == 0 {
-			tag, e := s.pool.Exec(ctx, `DELETE FROM instance_locks
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks SET locked_until = 0
 				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now)
 			n, err = tag.RowsAffected(), e
