@@ -146,7 +146,9 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 }
 
 // The statements of an ack bind $1 to the tenant and $2 to now, and $3..$5
-// to the turns: instance ids, lease tokens, executions.
+// to the turns: instance ids, lease tokens, executions. Joins with the turns
+// repeat "instance_id = ANY($3)": plans are prepared once, without knowing
+// how many turns come, and the predicate keeps them on the primary keys.
 //
 // The statements before the last rely on two rows per turn staying as they
 // are until the transaction ends: the lease (held by this token, not
@@ -163,12 +165,14 @@ const (
 	pinTurns = turnsParam + `, pinned_lease AS (
 	UPDATE instance_locks l SET locked_until = l.locked_until
 	FROM turns t
-	WHERE l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
+	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
+		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
 	RETURNING l.instance_id
 ), turn AS (
 	UPDATE instances i SET updated_at = i.updated_at
 	FROM turns t
-	WHERE i.tenant_id = $1 AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
+	WHERE i.tenant_id = $1 AND i.instance_id = ANY($3::TEXT[])
+		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM pinned_lease)
 	RETURNING i.instance_id
 )`
@@ -176,7 +180,7 @@ const (
 	SELECT t.instance_id FROM turns t
 	JOIN instance_locks l ON l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token
 	JOIN instances i ON i.tenant_id = $1 AND i.instance_id = t.instance_id
-	WHERE l.locked_until > $2 AND i.current_execution_id = t.execution_id AND NOT i.deleting
+	WHERE l.instance_id = ANY($3::TEXT[]) AND i.instance_id = ANY($3::TEXT[]) AND l.locked_until > $2 AND i.current_execution_id = t.execution_id AND NOT i.deleting
 )`
 )
 
@@ -214,7 +218,7 @@ func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStateme
 		}
 		out = append(out, ackStatement{sql: `WITH %s, cancelled AS (
 	DELETE FROM worker_queue w
-	WHERE w.tenant_id = $1 AND (w.instance_id, w.execution_id, w.activity_id) IN (
+	WHERE w.tenant_id = $1 AND w.instance_id = ANY($6::TEXT[]) AND (w.instance_id, w.execution_id, w.activity_id) IN (
 		SELECT * FROM unnest($6::TEXT[], $7::INT8[], $8::INT8[]))
 		AND w.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
@@ -391,19 +395,22 @@ WITH t AS (
 ), lease AS (
 	UPDATE instance_locks l SET locked_until = 0
 	FROM t
-	WHERE l.tenant_id = $1 AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
+	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
+		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
 	RETURNING l.instance_id
 ), instance AS (
 	UPDATE instances i SET status = t.instance_status, completed_at = t.instance_completed_at, updated_at = $2,
 		current_execution_id = t.current_execution_id, execution_count = i.execution_count + t.new_executions,
 		event_count = i.event_count + t.events
 	FROM t
-	WHERE i.tenant_id = $1 AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
+	WHERE i.tenant_id = $1 AND i.instance_id = ANY($3::TEXT[])
+		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
 	RETURNING i.instance_id
 ), consumed AS (
 	DELETE FROM orchestrator_queue q
-	WHERE q.tenant_id = $1 AND (q.instance_id, q.id) IN (SELECT * FROM unnest($15::TEXT[], $16::UUID[]))
+	WHERE q.tenant_id = $1 AND q.instance_id = ANY($3::TEXT[]) AND q.id = ANY($16::UUID[])
+		AND (q.instance_id, q.id) IN (SELECT * FROM unnest($15::TEXT[], $16::UUID[]))
 		AND q.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 ), appended AS (
@@ -417,7 +424,8 @@ WITH t AS (
 	UPDATE executions e SET status = t.status, output = t.output, error = NULLIF(t.error, ''),
 		completed_at = t.completed_at, event_count = e.event_count + t.events
 	FROM t
-	WHERE e.tenant_id = $1 AND e.instance_id = t.instance_id AND e.execution_id = t.execution_id
+	WHERE e.tenant_id = $1 AND e.instance_id = ANY($3::TEXT[])
+		AND e.instance_id = t.instance_id AND e.execution_id = t.execution_id
 		AND t.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 )

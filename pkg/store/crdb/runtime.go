@@ -223,24 +223,29 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 // them by compare-and-set (locked_until <= now), which alone makes it
 // correct.
 //
-// The window ($6 entries) is read in index order without a range predicate,
-// so that the plan is an index scan that stops early whatever the statistics
-// say; only when no instance in the window can be had does the second
-// branch look deeper, for one instance.
+// The window (its size written into the statement, so that the plan, made
+// once, knows it) is read in index order without a range predicate: the
+// plan is an index scan that stops early, then one lease lookup per entry,
+// whatever the statistics say. Only when no instance in the window can be
+// had does the second branch look deeper, for one instance.
 const claimCandidates = `
 win AS (
 	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
 	WHERE q.tenant_id = %[1]s
 	ORDER BY q.visible_at
-	LIMIT $6
+	LIMIT %[2]d
 ), near AS (
-	SELECT l.tenant_id, l.instance_id FROM instance_locks l
-	WHERE l.tenant_id = %[1]s AND l.locked_until <= $1
-		AND l.instance_id IN (SELECT w.instance_id FROM win w WHERE w.visible_at <= $1)
+	-- One lease lookup per window entry (LATERAL, OFFSET 0: a nested loop
+	-- on the primary key, never a scan of every lease).
+	SELECT l.tenant_id, l.instance_id FROM win w
+	CROSS JOIN LATERAL (
+		SELECT l.tenant_id, l.instance_id FROM instance_locks l
+		WHERE l.tenant_id = %[1]s AND l.instance_id = w.instance_id AND l.locked_until <= $1
+		OFFSET 0) l
+	WHERE w.visible_at <= $1
 	ORDER BY random()
 	LIMIT $5
-	FOR UPDATE SKIP LOCKED
-), deep AS (
+	FOR UPDATE OF l SKIP LOCKED), deep AS (
 	SELECT l.tenant_id, l.instance_id FROM orchestrator_queue q
 	JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
 	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND l.locked_until <= $1
@@ -263,19 +268,24 @@ LEFT JOIN instances i ON i.tenant_id = c.tenant_id AND i.instance_id = c.instanc
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id`
 
-var (
-	claimForTenant = "WITH " + fmt.Sprintf(claimCandidates, "$4")
+// claimForTenant is the claim for tenant $4 with a window of the given size.
+func claimForTenant(window int) string { return "WITH " + fmt.Sprintf(claimCandidates, "$4", window) }
 
-	// claimForAnyTenant serves tenants in turn: the first registered tenant
-	// after $4 (wrapping around) that has claimable work.
-	claimForAnyTenant = `WITH pick AS (
+// claimForAnyTenant serves tenants in turn: the first registered tenant
+// after $4 (wrapping around) that has claimable work.
+func claimForAnyTenant(window int) string {
+	return claimPickTenant + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)", window)
+}
+
+var (
+	claimPickTenant = `WITH pick AS (
 	SELECT t.tenant_id FROM tenants t
 	WHERE EXISTS (SELECT 1 FROM orchestrator_queue q
 		LEFT JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
 		WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1 AND (l.locked_until IS NULL OR l.locked_until <= $1))
 	ORDER BY t.tenant_id <= $4, t.tenant_id
 	LIMIT 1
-), ` + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)")
+), `
 
 	// claimZombie leases, for tenant $4, one instance among the oldest
 	// visible messages ($5 entries) that has no lease row: its messages
@@ -437,12 +447,12 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		// instances; every entry costs a lease lookup.
 		window := claimWindow + 16*max
 		if p.TenantID != "" {
-			b.Queue(claimForTenant, now, token, until, p.TenantID, max, window)
+			b.Queue(claimForTenant(window), now, token, until, p.TenantID, max)
 		} else {
 			s.mu.Lock()
 			after := s.orchestratorTurn
 			s.mu.Unlock()
-			b.Queue(claimForAnyTenant, now, token, until, after, max, window)
+			b.Queue(claimForAnyTenant(window), now, token, until, after, max)
 		}
 		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
 	}, func(br pgx.BatchResults) error {
