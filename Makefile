@@ -11,7 +11,7 @@ run:
 	$(GO) run ./cmd/orchard dev
 
 test:
-	$(GO) test -count=1 -timeout 9m $(PKGS)
+	$(GO) test -race -count=1 -timeout 9m $(PKGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
