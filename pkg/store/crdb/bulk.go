@@ -85,22 +85,28 @@ func (s *Store) DeleteInstanceBulk(ctx context.Context, p *store.DeleteInstanceB
 // bulkCandidates reads the next roots after the given id that match the
 // filter and are terminal.
 func (s *Store) bulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after string, n int) ([]string, error) {
+	return s.nextInstances(ctx, tenantID, f, true, after, n,
+		"i.parent_instance_id IS NULL", "i.status IN ('Completed', 'Failed', 'Cancelled')")
+}
+
+// nextInstances reads, in id order after the given id, the ids of up to n
+// instances matching the filter and the extra conditions.
+func (s *Store) nextInstances(ctx context.Context, tenantID string, f *store.InstanceFilter, withDeleting bool, after string, n int, conds ...string) ([]string, error) {
 	q := &query{}
-	filterInstances(q, tenantID, f, true)
-	q.where("i.parent_instance_id IS NULL")
-	q.where("i.status IN ('Completed', 'Failed', 'Cancelled')")
+	filterInstances(q, tenantID, f, withDeleting)
+	q.conds = append(q.conds, conds...)
 	q.where("i.instance_id > %s", q.arg(after))
 	sql := fmt.Sprintf(`SELECT i.instance_id FROM instances i WHERE %s ORDER BY i.instance_id LIMIT %d`, q.whereSQL(), n)
-	var roots []string
+	var ids []string
 	err := s.retry(ctx, func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, q.args...)
 		if err != nil {
 			return err
 		}
-		roots, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
-	return roots, err
+	return ids, err
 }
 
 // deleteSmallTrees deletes, in one transaction, the trees of the first roots

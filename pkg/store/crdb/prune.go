@@ -222,19 +222,5 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 // pruneBulkCandidates reads the next matching instances after the given id
 // that have more than one execution stored (nothing else can be pruned).
 func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after string, n int) ([]string, error) {
-	q := &query{}
-	filterInstances(q, tenantID, f, false)
-	q.where("i.execution_count > 1")
-	q.where("i.instance_id > %s", q.arg(after))
-	sql := fmt.Sprintf(`SELECT i.instance_id FROM instances i WHERE %s ORDER BY i.instance_id LIMIT %d`, q.whereSQL(), n)
-	var ids []string
-	err := s.retry(ctx, func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, sql, q.args...)
-		if err != nil {
-			return err
-		}
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	return ids, err
+	return s.nextInstances(ctx, tenantID, f, false, after, n, "i.execution_count > 1")
 }
