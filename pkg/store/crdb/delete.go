@@ -131,7 +131,7 @@ func (s *Store) DeleteInstance(ctx context.Context, p *store.DeleteInstanceParam
 		var done bool
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			step, done = store.DeleteResult{}, false
-			nodes, err := walkTree(ctx, tx, p.TenantID, p.InstanceID, true)
+			nodes, err := walkTree(ctx, tx, p.TenantID, p.InstanceID)
 			if err != nil {
 				return err
 			}

@@ -97,6 +97,12 @@ func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDel
 	timeRange("created_at", f.CreatedAfter, f.CreatedBefore)
 	timeRange("updated_at", f.UpdatedAfter, f.UpdatedBefore)
 	timeRange("completed_at", f.CompletedAfter, f.CompletedBefore)
+	// An instance is created before it is updated or completed: bounding
+	// created_at too lets the planner start the created-order scan at the
+	// cutoff instead of discarding everything newer.
+	if before := earliest(f.UpdatedBefore, f.CompletedBefore); !before.IsZero() {
+		q.where("i.created_at < %s", q.arg(before.UnixMilli()))
+	}
 	if len(f.Tags) > 0 {
 		q.where("i.tags @> %s::JSONB", q.arg(f.Tags))
 	}
@@ -182,4 +188,15 @@ func (s *Store) decodeCursor(tenantID string, f *store.InstanceFilter, order sto
 		return nil, errBadCursor
 	}
 	return &pos, nil
+}
+
+// earliest returns the earlier of the non-zero times, or zero.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
 }

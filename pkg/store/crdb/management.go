@@ -233,30 +233,24 @@ type treeNode struct {
 // maxTreeDepth bounds the walk of a tree; deeper trees are refused.
 const maxTreeDepth = 1000
 
-// walkTree reads an instance and all its descendants, deepest first, so
-// that children come before their parents. withDeleting includes the
-// instances being deleted (the delete resuming), which reads never show.
-func walkTree(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, tenantID, rootID string, withDeleting bool) ([]treeNode, error) {
-	deleting, cost := "AND NOT deleting", "0"
-	if withDeleting {
-		// The delete's walk: include what an interrupted delete left, and
-		// what each instance costs to delete.
-		deleting, cost = "", `1 + i.execution_count + i.event_count
-	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = t.instance_id)
-	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = t.instance_id)`
-	}
-	rows, err := q.Query(ctx, `
+// walkTree reads, for a delete, an instance and all its descendants,
+// deepest first, so that children come before their parents, with what each
+// costs to delete. It includes the instances an interrupted delete hid,
+// which reads never show.
+func walkTree(ctx context.Context, tx pgx.Tx, tenantID, rootID string) ([]treeNode, error) {
+	rows, err := tx.Query(ctx, `
 WITH RECURSIVE tree (instance_id, parent_instance_id, depth) AS (
 	SELECT instance_id, COALESCE(parent_instance_id, ''), 0 FROM instances
-	WHERE tenant_id = $1 AND instance_id = $2 `+deleting+`
+	WHERE tenant_id = $1 AND instance_id = $2
 	UNION ALL
 	SELECT c.instance_id, c.parent_instance_id, t.depth + 1
 	FROM tree t JOIN instances c ON c.tenant_id = $1 AND c.parent_instance_id = t.instance_id
 	WHERE t.depth < $3
 )
-SELECT t.instance_id, t.parent_instance_id, t.depth, i.status = 'Running', i.deleting, `+cost+`
+SELECT t.instance_id, t.parent_instance_id, t.depth, i.status = 'Running', i.deleting,
+	1 + i.execution_count + i.event_count
+	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = t.instance_id)
+	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = t.instance_id)
 FROM tree t JOIN instances i ON i.tenant_id = $1 AND i.instance_id = t.instance_id
 ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
 	if err != nil {
@@ -278,25 +272,33 @@ ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
 
 // GetInstanceTree returns an instance and its descendants, children first.
 func (s *Store) GetInstanceTree(ctx context.Context, p *store.GetInstanceTreeParams) (*store.InstanceTree, error) {
-	var nodes []treeNode
+	var ids []string
 	err := s.retry(ctx, func(ctx context.Context) error {
-		var err error
-		nodes, err = walkTree(ctx, s.pool, p.TenantID, p.InstanceID, false)
+		// The walk alone, without the per-instance costs a delete needs:
+		// no join back to instances.
+		rows, err := s.pool.Query(ctx, `
+WITH RECURSIVE tree (instance_id, depth) AS (
+	SELECT instance_id, 0 FROM instances
+	WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
+	UNION ALL
+	SELECT c.instance_id, t.depth + 1
+	FROM tree t JOIN instances c ON c.tenant_id = $1 AND c.parent_instance_id = t.instance_id
+	WHERE t.depth < $3 AND NOT c.deleting
+)
+SELECT instance_id FROM tree ORDER BY depth DESC, instance_id`, p.TenantID, p.InstanceID, maxTreeDepth)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(nodes) == 0 {
+	if len(ids) == 0 {
 		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
 	}
-	tree := &store.InstanceTree{RootID: p.InstanceID, IDs: make([]string, 0, len(nodes))}
-	for _, n := range nodes {
-		if !n.deleting {
-			tree.IDs = append(tree.IDs, n.id)
-		}
-	}
-	return tree, nil
+	return &store.InstanceTree{RootID: p.InstanceID, IDs: ids}, nil
 }
 
 // quoteIDs is for error messages.
