@@ -61,6 +61,15 @@ var celEnvs = sync.OnceValues(func() ([2]*cel.Env, error) {
 type expression struct {
 	source  string
 	program cel.Program
+	// path is set when the expression is a name followed by field selections, such as
+	// index or steps.work.output.ok, which evaluate reads without running the program.
+	path *selectPath
+}
+
+// selectPath is an expression of the form name.field1.field2...
+type selectPath struct {
+	name   string
+	fields []string
 }
 
 // compileExpression compiles src for use inside (loop) or outside a for_each body and
@@ -91,7 +100,74 @@ func compileExpression(src string, loop bool) (*expression, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("invalid expression %q: %s", src, oneLine(err.Error()))
 	}
-	return &expression{source: src, program: prg}, stepReferences(ast.NativeRep()), nil
+	return &expression{source: src, program: prg, path: selectPathOf(ast.NativeRep().Expr())}, stepReferences(ast.NativeRep()), nil
+}
+
+// selectPathOf returns the select path that e is, or nil.
+func selectPathOf(e celast.Expr) *selectPath {
+	var fields []string
+	for e.Kind() == celast.SelectKind {
+		sel := e.AsSelect()
+		if sel.IsTestOnly() {
+			return nil
+		}
+		fields = append(fields, sel.FieldName())
+		e = sel.Operand()
+	}
+	if e.Kind() != celast.IdentKind {
+		return nil
+	}
+	slices.Reverse(fields)
+	return &selectPath{name: e.AsIdent(), fields: fields}
+}
+
+// resolve reads the path from the names of a, or reports false when the program must
+// decide: a name or key is missing, a value is not a JSON object, or the value is not
+// one that the program returns unchanged. When it reports true, the value is the one
+// the program would return.
+func (p *selectPath) resolve(a interpreter.Activation) (any, bool) {
+	v, found := a.ResolveName(p.name)
+	if !found {
+		return nil, false
+	}
+	for _, field := range p.fields {
+		switch x := v.(type) {
+		case map[string]any:
+			v, found = x[field]
+		case *stepScopes:
+			v, found = x.get(field)
+		case *stepResult:
+			v, found = x.field(field)
+		default:
+			return nil, false
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return plainJSON(v)
+}
+
+// plainJSON returns what celToJSON makes of a JSON value read from a name: the value
+// itself, except that lists are copied (as the program's result is a new list). It
+// reports false for anything else.
+func plainJSON(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil, bool, int64, string, map[string]any:
+		return v, true
+	case float64:
+		return v, !math.IsNaN(x) && !math.IsInf(x, 0)
+	case []any:
+		out := make([]any, len(x))
+		for i, item := range x {
+			var ok bool
+			if out[i], ok = plainJSON(item); !ok {
+				return nil, false
+			}
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // unknownSizes leaves every size to the worst case in cost estimates.
@@ -134,6 +210,11 @@ func stepReferences(a *celast.AST) []string {
 
 // evaluate runs the expression against the names of scope and returns a JSON value.
 func (e *expression) evaluate(s interpreter.Activation) (any, error) {
+	if e.path != nil {
+		if v, ok := e.path.resolve(s); ok {
+			return v, nil
+		}
+	}
 	out, _, err := e.program.Eval(s)
 	if err != nil {
 		return nil, fmt.Errorf("${ %s }: %s", e.source, oneLine(err.Error()))
@@ -192,6 +273,8 @@ func celToJSON(v ref.Val) (any, error) {
 		return out, nil
 	case jsonObject:
 		return map[string]any(x), nil // JSON values are never modified in place
+	case *stepResult:
+		return x.object(), nil
 	case *stepScopes:
 		return x.merged(), nil
 	case traits.Mapper:
@@ -228,6 +311,8 @@ func (a jsonAdapter) NativeToValue(v any) ref.Val {
 		return jsonObject(x)
 	case []any:
 		return types.NewList(a, x)
+	case *stepResult:
+		return x
 	}
 	return a.Adapter.NativeToValue(v)
 }
@@ -300,18 +385,98 @@ func (m jsonObject) Iterator() traits.Iterator {
 	return &valIterator{vals: vals}
 }
 
+// stepResult is the value of steps.<id> for a step inside a for_each body: the JSON
+// object {"output": ..., "error": ...}, with "skipped": true for a step whose condition
+// was false. Iterations record many results, so they are structs rather than maps,
+// which cost two allocations each. Only the layered steps variable (stepScopes) holds
+// them: celToJSON turns one into its object, so JSON values never hold one. The root
+// scope, which expressions may take whole, holds the objects themselves.
+type stepResult struct {
+	output  any
+	err     any // nil, or the failure as {"kind": ..., "message": ...}
+	skipped bool
+}
+
+// object returns the result as the JSON object it stands for.
+func (r *stepResult) object() map[string]any {
+	if r.skipped {
+		return map[string]any{"output": r.output, "error": r.err, "skipped": true}
+	}
+	return map[string]any{"output": r.output, "error": r.err}
+}
+
+// field returns a field of the object.
+func (r *stepResult) field(name string) (any, bool) {
+	switch name {
+	case "output":
+		return r.output, true
+	case "error":
+		return r.err, true
+	case "skipped":
+		return true, r.skipped
+	}
+	return nil, false
+}
+
+func (r *stepResult) ConvertToNative(t reflect.Type) (any, error) {
+	return jsonObject(r.object()).ConvertToNative(t)
+}
+func (r *stepResult) ConvertToType(t ref.Type) ref.Val {
+	return jsonObject(r.object()).ConvertToType(t)
+}
+func (r *stepResult) Equal(other ref.Val) ref.Val { return jsonObject(r.object()).Equal(other) }
+func (r *stepResult) Type() ref.Type              { return types.MapType }
+func (r *stepResult) Value() any                  { return r.object() }
+func (r *stepResult) Size() ref.Val               { return types.Int(len(r.object())) }
+func (r *stepResult) Iterator() traits.Iterator   { return jsonObject(r.object()).Iterator() }
+
+func (r *stepResult) Contains(key ref.Val) ref.Val {
+	_, found := r.Find(key)
+	return types.Bool(found)
+}
+
+func (r *stepResult) Get(key ref.Val) ref.Val {
+	v, found := r.Find(key)
+	if !found {
+		return types.NewErr("no such key: %v", key)
+	}
+	return v
+}
+
+func (r *stepResult) Find(key ref.Val) (ref.Val, bool) {
+	k, ok := key.(types.String)
+	if !ok {
+		return nil, false
+	}
+	v, found := r.field(string(k))
+	if !found {
+		return nil, false
+	}
+	return celAdapter.NativeToValue(v), true
+}
+
 // stepScopes is the steps variable inside for_each bodies: the step results of the
-// iteration's scope over those of the enclosing scopes, without copying them.
+// iteration's scope over those of the enclosing scopes, without copying them. It reads
+// the scopes of f and its ancestors.
 type stepScopes struct {
-	maps []map[string]any // innermost first
+	f *frame
 }
 
 func (s *stepScopes) merged() map[string]any {
-	out := map[string]any{}
-	for i := len(s.maps) - 1; i >= 0; i-- {
-		for k, v := range s.maps[i] {
-			out[k] = v
+	var scopes []*stepScope // innermost first
+	for g := s.f; g != nil; g = g.parent {
+		if g.steps != nil {
+			scopes = append(scopes, g.steps)
 		}
+	}
+	out := map[string]any{}
+	for i := len(scopes) - 1; i >= 0; i-- {
+		scopes[i].each(func(k string, v any) {
+			if r, ok := v.(*stepResult); ok {
+				v = r.object()
+			}
+			out[k] = v
+		})
 	}
 	return out
 }
@@ -346,9 +511,20 @@ func (s *stepScopes) Find(key ref.Val) (ref.Val, bool) {
 	if !ok {
 		return nil, false
 	}
-	for _, m := range s.maps {
-		if v, found := m[string(k)]; found {
-			return celAdapter.NativeToValue(v), true
+	if v, found := s.get(string(k)); found {
+		return celAdapter.NativeToValue(v), true
+	}
+	return nil, false
+}
+
+// get returns the result of a step id from the innermost scope that has one.
+func (s *stepScopes) get(id string) (any, bool) {
+	for g := s.f; g != nil; g = g.parent {
+		if g.steps == nil {
+			continue
+		}
+		if v, found := g.steps.get(id); found {
+			return v, true
 		}
 	}
 	return nil, false

@@ -233,15 +233,42 @@ func (p *jsonParser) number() (any, error) {
 			return nil, p.errorf("%v", errJSONNumber)
 		}
 	}
-	text := string(p.data[start:p.pos])
+	text := p.data[start:p.pos]
 	if integer {
-		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
+		if i, ok := parseInt(text); ok {
 			return i, nil
 		}
 	}
-	f, err := strconv.ParseFloat(text, 64)
+	// The conversion does not escape, so short numbers are converted on the stack.
+	f, err := strconv.ParseFloat(string(text), 64)
 	if err != nil {
 		return nil, p.errorf("number %s out of range", text)
 	}
 	return f, nil
+}
+
+// parseInt parses the text of a JSON integer (an optional minus sign and digits) into
+// an int64, reporting false when it does not fit.
+func parseInt(text []byte) (int64, bool) {
+	neg := text[0] == '-'
+	if neg {
+		text = text[1:]
+	}
+	if len(text) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range text {
+		n = n*10 + uint64(c-'0') // 19 digits cannot overflow a uint64
+	}
+	if neg {
+		if n > 1<<63 {
+			return 0, false
+		}
+		return -int64(n), true
+	}
+	if n > 1<<63-1 {
+		return 0, false
+	}
+	return int64(n), true
 }

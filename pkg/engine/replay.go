@@ -30,7 +30,7 @@ type turn struct {
 	started  bool
 	input    any
 	parent   *ParentRef
-	instance map[string]any
+	instance map[string]any // made on first use: see instanceValue
 	vars     map[string]any
 	root     *frame
 
@@ -46,14 +46,94 @@ type turn struct {
 // the root. Frames of for_each iterations also scope step results and item/index.
 type frame struct {
 	parent    *frame
-	cancelled bool
-	steps     map[string]any // step results visible in this scope, nil when inherited
+	steps     *stepScope // step results recorded in this scope, nil when inherited
 	item      any
 	index     int64
 	loop      bool
+	cancelled bool
 
-	scopes *stepScopes // the step result scopes this frame sees, built on first use
-	names  activation  // what expressions in this frame see
+	view  stepScopes // the steps variable inside for_each bodies, set on first use
+	names activation // what expressions in this frame see
+}
+
+// stepScope holds the step results of one scope. The root's live in a map, which
+// expressions outside for_each bodies see directly as steps; an iteration usually
+// records a handful, which live in a small slice with inline storage until there are
+// too many for a linear search.
+type stepScope struct {
+	root    bool
+	m       map[string]any
+	entries []stepEntry
+	inline  [2]stepEntry
+}
+
+// record stores the result of step id: as the JSON object in the root scope, which
+// expressions may take whole, as a *stepResult in an iteration's.
+func (s *stepScope) record(id string, r *stepResult) {
+	if s.root {
+		s.set(id, r.object())
+		return
+	}
+	s.set(id, r)
+}
+
+type stepEntry struct {
+	id     string
+	result any
+}
+
+// maxScopeEntries is the number of results an iteration's scope keeps in its slice
+// before it moves them to a map.
+const maxScopeEntries = 8
+
+func (s *stepScope) get(id string) (any, bool) {
+	if s.m != nil {
+		v, ok := s.m[id]
+		return v, ok
+	}
+	for i := range s.entries {
+		if s.entries[i].id == id {
+			return s.entries[i].result, true
+		}
+	}
+	return nil, false
+}
+
+func (s *stepScope) set(id string, v any) {
+	if s.m != nil {
+		s.m[id] = v
+		return
+	}
+	for i := range s.entries {
+		if s.entries[i].id == id {
+			s.entries[i].result = v
+			return
+		}
+	}
+	if s.entries == nil {
+		s.entries = s.inline[:0]
+	}
+	s.entries = append(s.entries, stepEntry{id: id, result: v})
+	if len(s.entries) > maxScopeEntries {
+		s.m = make(map[string]any, len(s.entries))
+		for _, e := range s.entries {
+			s.m[e.id] = e.result
+		}
+		s.entries = nil
+	}
+}
+
+// each calls fn for every result of the scope.
+func (s *stepScope) each(fn func(id string, v any)) {
+	if s.m != nil {
+		for id, v := range s.m {
+			fn(id, v)
+		}
+		return
+	}
+	for _, e := range s.entries {
+		fn(e.id, e.result)
+	}
 }
 
 func (f *frame) child() *frame { return &frame{parent: f} }
@@ -76,7 +156,7 @@ type pending struct {
 	timeout    int64  // the timeout timer of an activity attempt or event wait
 	// resume receives the answer: activity or child output or failure, event payload,
 	// or nothing for a timer.
-	resume func(result)
+	resume continuation
 }
 
 type eventQueue struct {
@@ -84,12 +164,29 @@ type eventQueue struct {
 	waiters  []*pending
 }
 
+// continuation receives a result: of a step, or of something outstanding. The
+// interpreter's own state types (sequences, step completions, iterations, activity
+// attempts) implement it, so that the hot path allocates no closures.
+type continuation interface {
+	resume(result)
+}
+
+// resumeFunc adapts a function to a continuation.
+type resumeFunc func(result)
+
+func (k resumeFunc) resume(r result) { k(r) }
+
+// fireFunc adapts a function that needs no result (a timer firing) to a continuation.
+type fireFunc func()
+
+func (fire fireFunc) resume(result) { fire() }
+
 // task is a ready continuation: run, or k applied to r (which saves a closure on the
 // hot path).
 type task struct {
 	frame *frame
 	run   func()
-	k     func(result)
+	k     continuation
 	r     result
 }
 
@@ -104,9 +201,7 @@ func newTurn(def *Definition, in TurnInput) *turn {
 		in:         in,
 		vars:       map[string]any{},
 		activities: map[int64]*pending{},
-		timers:     map[int64]*pending{},
-		children:   map[int64]*pending{},
-		events:     map[string]*eventQueue{},
+		// timers, children and events are made on first use.
 	}
 }
 
@@ -370,6 +465,9 @@ func (t *turn) queue(name string) *eventQueue {
 	q := t.events[name]
 	if q == nil {
 		q = &eventQueue{}
+		if t.events == nil {
+			t.events = map[string]*eventQueue{}
+		}
 		t.events[name] = q
 	}
 	return q
@@ -391,7 +489,7 @@ func (t *turn) drain() {
 		case tk.run != nil:
 			tk.run()
 		default:
-			tk.k(tk.r)
+			tk.k.resume(tk.r)
 		}
 	}
 	t.ready = t.ready[:0]
@@ -467,18 +565,7 @@ func describe(e Event) string {
 func (t *turn) start(e ExecutionStarted) {
 	t.started = true
 	t.parent = e.Parent
-	var parentID any
-	if e.Parent != nil {
-		parentID = e.Parent.InstanceID
-	}
-	t.instance = map[string]any{
-		"id":           t.in.InstanceID,
-		"execution_id": t.in.ExecutionID,
-		"name":         t.def.Name,
-		"version":      t.def.Version,
-		"parent":       parentID,
-	}
-	t.root = &frame{steps: map[string]any{}}
+	t.root = &frame{steps: &stepScope{root: true, m: map[string]any{}}}
 	input, err := decodeJSON(e.Input)
 	if err != nil {
 		t.later(t.root, func() { t.failWith(Failure{Kind: "input", Message: "input is not JSON: " + err.Error()}) })
@@ -486,7 +573,7 @@ func (t *turn) start(e ExecutionStarted) {
 	}
 	t.input = input
 	t.later(t.root, func() {
-		t.runSteps(t.def.Steps, t.root, func(r result) {
+		t.runSteps(t.def.Steps, t.root, resumeFunc(func(r result) {
 			if r.err != nil {
 				t.failWith(*r.err)
 				return
@@ -495,8 +582,26 @@ func (t *turn) start(e ExecutionStarted) {
 			if ok {
 				t.complete(out)
 			}
-		})
+		}))
 	})
+}
+
+// instanceValue returns the instance variable of expressions, made on first use.
+func (t *turn) instanceValue() map[string]any {
+	if t.instance == nil {
+		var parentID any
+		if t.parent != nil {
+			parentID = t.parent.InstanceID
+		}
+		t.instance = map[string]any{
+			"id":           t.in.InstanceID,
+			"execution_id": t.in.ExecutionID,
+			"name":         t.def.Name,
+			"version":      t.def.Version,
+			"parent":       parentID,
+		}
+	}
+	return t.instance
 }
 
 // end cancels everything outstanding and records the execution's terminal event.
@@ -580,7 +685,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case "vars":
 		return a.t.vars, true
 	case "instance":
-		return a.t.instance, true
+		return a.t.instanceValue(), true
 	case "steps":
 		return a.f.stepScopes(), true
 	case "item", "index":
@@ -598,25 +703,23 @@ func (a *activation) ResolveName(name string) (any, bool) {
 
 func (*activation) Parent() interpreter.Activation { return nil }
 
-// stepScopes returns the step results a frame sees: one map, or the scopes of nested
-// for_each iterations layered innermost first.
+// stepScopes returns the step results a frame sees: the root's map, or, inside for_each
+// bodies, the scopes of the nested iterations layered innermost first.
 func (f *frame) stepScopes() any {
-	if f.scopes == nil {
-		var maps []map[string]any
-		for g := f; g != nil; g = g.parent {
-			if g.steps != nil {
-				maps = append(maps, g.steps)
-			}
+	for g := f; g != nil; g = g.parent {
+		if g.steps == nil {
+			continue
 		}
-		f.scopes = &stepScopes{maps: maps}
+		if g.steps.root {
+			return g.steps.m
+		}
+		break
 	}
-	if len(f.scopes.maps) == 1 {
-		return f.scopes.maps[0]
-	}
-	return f.scopes
+	f.view.f = f
+	return &f.view
 }
 
-func (t *turn) scope(f *frame) map[string]any {
+func (t *turn) scope(f *frame) *stepScope {
 	for g := f; g != nil; g = g.parent {
 		if g.steps != nil {
 			return g.steps
@@ -664,49 +767,68 @@ func jsonText(v any) string {
 }
 
 // runSteps runs steps in order in frame f and passes the last step's result to k.
-func (t *turn) runSteps(steps []Step, f *frame, k func(result)) {
+func (t *turn) runSteps(steps []Step, f *frame, k continuation) {
 	q := &sequence{t: t, steps: steps, f: f, k: k}
-	q.next = q.advance
-	q.advance(result{})
+	q.resume(result{})
 }
 
-// sequence runs a list of steps one after the other.
+// sequence runs a list of steps one after the other. As a continuation it receives the
+// result of the previous step and starts the next one.
 type sequence struct {
 	t     *turn
 	steps []Step
 	f     *frame
-	k     func(result)
+	k     continuation
 	i     int
-	next  func(result) // q.advance, bound once
+	// done completes the running step. One step runs at a time and completes once, so
+	// the sequence reuses it rather than allocating one per step.
+	done stepDone
 }
 
-// advance receives the result of the previous step and starts the next one.
-func (q *sequence) advance(r result) {
+func (q *sequence) resume(r result) {
 	if r.err != nil || q.i == len(q.steps) {
-		q.k(r)
+		q.k.resume(r)
 		return
 	}
 	s := &q.steps[q.i]
 	q.i++
-	q.t.runStep(s, q.f, q.next)
+	q.done = stepDone{t: q.t, s: s, f: q.f, k: q}
+	q.t.startStep(&q.done)
+}
+
+// stepDone completes a step in frame f: it receives the step's result, records it in
+// steps.<id>, and passes it on to k through the ready queue.
+type stepDone struct {
+	t *turn
+	s *Step
+	f *frame
+	k continuation
+}
+
+func (d *stepDone) resume(r result) {
+	s := d.s
+	if s.ID != "" {
+		var errVal any
+		if r.err != nil {
+			errVal = map[string]any{"kind": r.err.Kind, "message": r.err.Message}
+		}
+		d.t.scope(d.f).record(s.ID, &stepResult{output: r.out, err: errVal})
+	}
+	if r.err != nil && s.ContinueOnError {
+		r = result{}
+	}
+	d.t.ready = append(d.t.ready, task{frame: d.f, k: d.k, r: r})
 }
 
 // runStep starts one step in frame f; k receives its result later, from the ready
 // queue, and only while f is alive.
-func (t *turn) runStep(s *Step, f *frame, k func(result)) {
-	done := func(r result) {
-		if s.ID != "" {
-			var errVal any
-			if r.err != nil {
-				errVal = map[string]any{"kind": r.err.Kind, "message": r.err.Message}
-			}
-			t.scope(f)[s.ID] = map[string]any{"output": r.out, "error": errVal}
-		}
-		if r.err != nil && s.ContinueOnError {
-			r = result{}
-		}
-		t.ready = append(t.ready, task{frame: f, k: k, r: r})
-	}
+func (t *turn) runStep(s *Step, f *frame, k continuation) {
+	t.startStep(&stepDone{t: t, s: s, f: f, k: k})
+}
+
+// startStep starts the step of done, which receives the step's result.
+func (t *turn) startStep(done *stepDone) {
+	s, f, k := done.s, done.f, done.k
 	if s.If != nil {
 		v, ok := t.render(s.If, f)
 		if !ok {
@@ -719,7 +841,7 @@ func (t *turn) runStep(s *Step, f *frame, k func(result)) {
 		}
 		if !b {
 			if s.ID != "" {
-				t.scope(f)[s.ID] = map[string]any{"output": nil, "error": nil, "skipped": true}
+				t.scope(f).record(s.ID, &stepResult{skipped: true})
 			}
 			t.ready = append(t.ready, task{frame: f, k: k})
 			return
@@ -730,7 +852,7 @@ func (t *turn) runStep(s *Step, f *frame, k func(result)) {
 		t.activity(s, f, 1, done)
 	case s.Timer != nil:
 		if d, ok := t.renderDuration(s.Timer, f); ok {
-			t.timer(d, "timer", f, func() { done(result{}) })
+			t.timer(d, "timer", f, func() { done.resume(result{}) })
 		}
 	case s.WaitEvent != nil:
 		t.waitEvent(s, f, done)
@@ -751,10 +873,10 @@ func (t *turn) runStep(s *Step, f *frame, k func(result)) {
 			}
 			values[name] = out
 		}
-		for name, v := range values {
-			t.vars[name] = v
+		for _, name := range s.setKeys {
+			t.vars[name] = values[name]
 		}
-		done(result{out: values})
+		done.resume(result{out: values})
 	case s.Fail != nil:
 		if msg, ok := t.render(s.Fail, f); ok {
 			text, isStr := msg.(string)
@@ -777,7 +899,7 @@ func (t *turn) runStep(s *Step, f *frame, k func(result)) {
 			t.complete(out)
 		}
 	default:
-		done(result{})
+		done.resume(result{})
 	}
 }
 
@@ -788,11 +910,14 @@ func (t *turn) timer(d time.Duration, purpose string, f *frame, fire func()) (in
 	if !ok {
 		return 0, false
 	}
-	t.timers[e.EventID()] = &pending{frame: f, resume: func(result) { fire() }}
+	if t.timers == nil {
+		t.timers = map[int64]*pending{}
+	}
+	t.timers[e.EventID()] = &pending{frame: f, resume: fireFunc(fire)}
 	return e.EventID(), true
 }
 
-func (t *turn) activity(s *Step, f *frame, attempt int, done func(result)) {
+func (t *turn) activity(s *Step, f *frame, attempt int, done continuation) {
 	a := s.Activity
 	var id int64
 	if h, ok := t.peek().(ActivityScheduled); ok && h.Name == a.Name && h.TaskQueue == a.TaskQueue && h.Attempt == attempt {
@@ -815,15 +940,9 @@ func (t *turn) activity(s *Step, f *frame, attempt int, done func(result)) {
 		}
 		id = e.EventID()
 	}
-	p := &pending{frame: f, name: a.Name}
-	p.resume = func(r result) {
-		delete(t.timers, p.timeout)
-		if r.err != nil {
-			t.retryOrFail(s, f, attempt, *r.err, done)
-			return
-		}
-		done(r)
-	}
+	w := &activityWait{pending: pending{frame: f, name: a.Name}, t: t, s: s, attempt: attempt, done: done}
+	w.pending.resume = w
+	p := &w.pending
 	t.activities[id] = p
 	if a.Timeout != nil {
 		d, ok := t.renderDuration(a.Timeout, f)
@@ -842,9 +961,27 @@ func (t *turn) activity(s *Step, f *frame, attempt int, done func(result)) {
 	}
 }
 
+// activityWait is an outstanding activity attempt; it receives the attempt's result.
+type activityWait struct {
+	pending
+	t       *turn
+	s       *Step
+	attempt int
+	done    continuation
+}
+
+func (w *activityWait) resume(r result) {
+	delete(w.t.timers, w.timeout)
+	if r.err != nil {
+		w.t.retryOrFail(w.s, w.frame, w.attempt, *r.err, w.done)
+		return
+	}
+	w.done.resume(r)
+}
+
 // retryOrFail handles a failed attempt: a retry timer, then the next attempt, while the
 // policy allows; otherwise the step fails.
-func (t *turn) retryOrFail(s *Step, f *frame, attempt int, fail Failure, done func(result)) {
+func (t *turn) retryOrFail(s *Step, f *frame, attempt int, fail Failure, done continuation) {
 	a := s.Activity
 	if attempt < a.Retry.MaxAttempts && !fail.NonRetryable {
 		t.timer(a.Retry.delay(attempt), "retry", f, func() { t.activity(s, f, attempt+1, done) })
@@ -854,23 +991,23 @@ func (t *turn) retryOrFail(s *Step, f *frame, attempt int, fail Failure, done fu
 	if kind == "" {
 		kind = "activity_failed"
 	}
-	done(result{err: &Failure{Kind: kind, Message: fmt.Sprintf("activity %s failed (attempt %d of %d): %s", a.Name, attempt, a.Retry.MaxAttempts, fail.Message)}})
+	done.resume(result{err: &Failure{Kind: kind, Message: fmt.Sprintf("activity %s failed (attempt %d of %d): %s", a.Name, attempt, a.Retry.MaxAttempts, fail.Message)}})
 }
 
-func (t *turn) waitEvent(s *Step, f *frame, done func(result)) {
+func (t *turn) waitEvent(s *Step, f *frame, done continuation) {
 	w := s.WaitEvent
 	q := t.queue(w.Name)
 	if len(q.buffered) > 0 {
 		payload := q.buffered[0]
 		q.buffered = q.buffered[1:]
-		done(result{out: payload})
+		done.resume(result{out: payload})
 		return
 	}
 	p := &pending{frame: f}
-	p.resume = func(r result) {
+	p.resume = resumeFunc(func(r result) {
 		delete(t.timers, p.timeout)
-		done(r)
-	}
+		done.resume(r)
+	})
 	q.waiters = append(q.waiters, p)
 	if w.Timeout != nil {
 		d, ok := t.renderDuration(w.Timeout, f)
@@ -879,12 +1016,12 @@ func (t *turn) waitEvent(s *Step, f *frame, done func(result)) {
 		}
 		p.timeout, _ = t.timer(d, "event_timeout", f, func() {
 			q.waiters = slices.DeleteFunc(q.waiters, func(o *pending) bool { return o == p })
-			done(result{err: &Failure{Kind: "timeout", Message: fmt.Sprintf("no event %q within %s", w.Name, d)}})
+			done.resume(result{err: &Failure{Kind: "timeout", Message: fmt.Sprintf("no event %q within %s", w.Name, d)}})
 		})
 	}
 }
 
-func (t *turn) subOrchestration(s *Step, f *frame, done func(result)) {
+func (t *turn) subOrchestration(s *Step, f *frame, done continuation) {
 	c := s.SubOrchestration
 	e := ChildScheduled{Name: c.Name, Version: c.Version}
 	if h, ok := t.peek().(ChildScheduled); ok && h.Name == c.Name {
@@ -918,67 +1055,70 @@ func (t *turn) subOrchestration(s *Step, f *frame, done func(result)) {
 	if !ok {
 		return
 	}
-	t.children[rec.EventID()] = &pending{frame: f, name: c.Name, instanceID: e.InstanceID, resume: func(r result) {
+	if t.children == nil {
+		t.children = map[int64]*pending{}
+	}
+	t.children[rec.EventID()] = &pending{frame: f, name: c.Name, instanceID: e.InstanceID, resume: resumeFunc(func(r result) {
 		if r.err != nil {
-			done(result{err: &Failure{Kind: "child_failed", Message: fmt.Sprintf("sub-orchestration %s (%s) failed: %s", c.Name, e.InstanceID, r.err.Message)}})
+			done.resume(result{err: &Failure{Kind: "child_failed", Message: fmt.Sprintf("sub-orchestration %s (%s) failed: %s", c.Name, e.InstanceID, r.err.Message)}})
 			return
 		}
-		done(r)
-	}}
+		done.resume(r)
+	})}
 }
 
-func (t *turn) parallel(branches []Step, f *frame, done func(result)) {
+func (t *turn) parallel(branches []Step, f *frame, done continuation) {
 	outs := make([]any, len(branches))
 	frames := make([]*frame, len(branches))
 	remaining, finished := len(branches), false
 	for i := range branches {
 		bf := f.child()
 		frames[i] = bf
-		t.runStep(&branches[i], bf, func(r result) {
+		t.runStep(&branches[i], bf, resumeFunc(func(r result) {
 			if finished {
 				return
 			}
 			if r.err != nil {
 				finished = true
 				t.cancel("parallel branch failed", slices.Delete(slices.Clone(frames), i, i+1)...)
-				done(r)
+				done.resume(r)
 				return
 			}
 			outs[i] = r.out
 			if remaining--; remaining == 0 {
 				finished = true
-				done(result{out: outs})
+				done.resume(result{out: outs})
 			}
-		})
+		}))
 	}
 }
 
-func (t *turn) race(branches []Step, f *frame, done func(result)) {
+func (t *turn) race(branches []Step, f *frame, done continuation) {
 	frames := make([]*frame, len(branches))
 	finished := false
 	for i := range branches {
 		bf := f.child()
 		frames[i] = bf
-		t.runStep(&branches[i], bf, func(r result) {
+		t.runStep(&branches[i], bf, resumeFunc(func(r result) {
 			if finished {
 				return
 			}
 			finished = true
 			t.cancel("race lost", slices.Delete(slices.Clone(frames), i, i+1)...)
 			if r.err != nil {
-				done(r)
+				done.resume(r)
 				return
 			}
 			var id any
 			if branches[i].ID != "" {
 				id = branches[i].ID
 			}
-			done(result{out: map[string]any{"index": int64(i), "id": id, "output": r.out}})
-		})
+			done.resume(result{out: map[string]any{"index": int64(i), "id": id, "output": r.out}})
+		}))
 	}
 }
 
-func (t *turn) forEach(fe *ForEachStep, f *frame, done func(result)) {
+func (t *turn) forEach(fe *ForEachStep, f *frame, done continuation) {
 	v, ok := t.render(&fe.Items, f)
 	if !ok {
 		return
@@ -989,48 +1129,76 @@ func (t *turn) forEach(fe *ForEachStep, f *frame, done func(result)) {
 		return
 	}
 	if len(items) == 0 {
-		done(result{out: []any{}})
+		done.resume(result{out: []any{}})
 		return
 	}
-	outs := make([]any, len(items))
-	active := map[int]*frame{}
-	next, running, completed, finished := 0, 0, 0, false
-	var launch func()
-	launch = func() {
-		for running < fe.Concurrency && next < len(items) {
-			i := next
-			next++
-			running++
-			itf := &frame{parent: f, steps: map[string]any{}, item: items[i], index: int64(i), loop: true}
-			active[i] = itf
-			t.runSteps(fe.Steps, itf, func(r result) {
-				if finished {
-					return
-				}
-				if r.err != nil {
-					finished = true
-					delete(active, i)
-					var others []*frame
-					for _, j := range sortedIntKeys(active) {
-						others = append(others, active[j])
-					}
-					t.cancel("for_each iteration failed", others...)
-					done(r)
-					return
-				}
-				outs[i] = r.out
-				delete(active, i)
-				running--
-				if completed++; completed == len(items) {
-					finished = true
-					done(result{out: outs})
-					return
-				}
-				launch()
-			})
-		}
+	l := &forEachRun{t: t, fe: fe, f: f, done: done, items: items, outs: make([]any, len(items)), active: map[int]*frame{}}
+	l.launch()
+}
+
+// forEachRun is a running for_each step.
+type forEachRun struct {
+	t     *turn
+	fe    *ForEachStep
+	f     *frame
+	done  continuation
+	items []any
+	outs  []any
+	// active holds the frames of the running iterations by index.
+	active                   map[int]*frame
+	next, running, completed int
+	finished                 bool
+}
+
+// iteration is one iteration of a for_each step: its frame, the step results it scopes
+// and the sequence of its steps, allocated together. As a continuation it receives the
+// result of the iteration's last step.
+type iteration struct {
+	l     *forEachRun
+	frame frame // its index is the iteration's
+	scope stepScope
+	steps sequence
+}
+
+// launch starts iterations while the concurrency allows.
+func (l *forEachRun) launch() {
+	for l.running < l.fe.Concurrency && l.next < len(l.items) {
+		i := l.next
+		l.next++
+		l.running++
+		it := &iteration{l: l}
+		it.frame = frame{parent: l.f, steps: &it.scope, item: l.items[i], index: int64(i), loop: true}
+		it.steps = sequence{t: l.t, steps: l.fe.Steps, f: &it.frame, k: it}
+		l.active[i] = &it.frame
+		it.steps.resume(result{})
 	}
-	launch()
+}
+
+func (it *iteration) resume(r result) {
+	l, i := it.l, int(it.frame.index)
+	if l.finished {
+		return
+	}
+	if r.err != nil {
+		l.finished = true
+		delete(l.active, i)
+		var others []*frame
+		for _, j := range sortedIntKeys(l.active) {
+			others = append(others, l.active[j])
+		}
+		l.t.cancel("for_each iteration failed", others...)
+		l.done.resume(r)
+		return
+	}
+	l.outs[i] = r.out
+	delete(l.active, i)
+	l.running--
+	if l.completed++; l.completed == len(l.items) {
+		l.finished = true
+		l.done.resume(result{out: l.outs})
+		return
+	}
+	l.launch()
 }
 
 func sortedIntKeys[V any](m map[int]V) []int {

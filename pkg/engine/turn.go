@@ -206,14 +206,17 @@ func (t *turn) decision() Decision {
 		return abort(t.in, *t.fault)
 	}
 	d := Decision{Events: t.delta}
-	cancelled := map[int64]bool{}
-	scheduledNow := map[int64]bool{}
-	for _, e := range t.delta {
-		switch x := e.(type) {
-		case ActivityScheduled:
-			scheduledNow[x.ID] = true
-		case ActivityCancelRequested:
-			cancelled[x.ScheduledID] = true
+	// Most turns cancel nothing and need neither map.
+	var cancelled, scheduledNow map[int64]bool
+	if slices.ContainsFunc(t.delta, func(e Event) bool { _, ok := e.(ActivityCancelRequested); return ok }) {
+		cancelled, scheduledNow = map[int64]bool{}, map[int64]bool{}
+		for _, e := range t.delta {
+			switch x := e.(type) {
+			case ActivityScheduled:
+				scheduledNow[x.ID] = true
+			case ActivityCancelRequested:
+				cancelled[x.ScheduledID] = true
+			}
 		}
 	}
 	nowMs := t.in.Now.UnixMilli()
