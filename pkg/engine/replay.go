@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -32,7 +33,10 @@ type turn struct {
 	parent   *ParentRef
 	instance map[string]any // made on first use: see instanceValue
 	vars     map[string]any
-	root     *frame
+	// varsShared: an expression holds vars; the next set copies it first,
+	// so that what the expression took stays as it was.
+	varsShared bool
+	root       *frame
 
 	activities map[int64]*pending
 	timers     map[int64]*pending
@@ -61,7 +65,10 @@ type frame struct {
 // records a handful, which live in a small slice with inline storage until there are
 // too many for a linear search.
 type stepScope struct {
-	root    bool
+	root bool
+	// shared: an expression holds m (the root's steps); the next record
+	// copies it first, so that what the expression took stays as it was.
+	shared  bool
 	m       map[string]any
 	entries []stepEntry
 	inline  [2]stepEntry
@@ -101,6 +108,9 @@ func (s *stepScope) get(id string) (any, bool) {
 
 func (s *stepScope) set(id string, v any) {
 	if s.m != nil {
+		if s.shared {
+			s.m, s.shared = maps.Clone(s.m), false
+		}
 		s.m[id] = v
 		return
 	}
@@ -683,6 +693,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case "input":
 		return a.t.input, true
 	case "vars":
+		a.t.varsShared = true
 		return a.t.vars, true
 	case "instance":
 		return a.t.instanceValue(), true
@@ -711,6 +722,7 @@ func (f *frame) stepScopes() any {
 			continue
 		}
 		if g.steps.root {
+			g.steps.shared = true
 			return g.steps.m
 		}
 		break
@@ -872,6 +884,9 @@ func (t *turn) startStep(done *stepDone) {
 				return
 			}
 			values[name] = out
+		}
+		if t.varsShared {
+			t.vars, t.varsShared = maps.Clone(t.vars), false
 		}
 		for _, name := range s.setKeys {
 			t.vars[name] = values[name]

@@ -58,3 +58,28 @@ output: "${ steps.each.output }"
 		 "i":{"t":1},"j":9,"k":13}]`
 	require.JSONEq(t, want, string(out.Output))
 }
+
+// TestVarsAndStepsAreSnapshots: a value taken from vars or steps is what they
+// held at that moment. Storing it and changing them afterwards neither makes
+// a cycle nor changes what was stored.
+func TestVarsAndStepsAreSnapshots(t *testing.T) {
+	w := newWorld(t, yamlDoc(`
+name: snapshots
+version: 1
+steps:
+  - id: first
+    set: { a: 1 }
+  - set: { before: "${ vars }", stepsBefore: "${ steps }" }
+  - id: second
+    set: { b: 2 }
+output:
+  vars: "${ vars }"
+  steps: "${ steps.second.output }"
+`))
+	w.start("s", "snapshots", nil)
+	w.run()
+	out := w.outcome("s")
+	require.Equal(t, StatusCompleted, out.Status, "%v", out.Failure)
+	require.JSONEq(t, `{"vars":{"a":1,"b":2,"before":{"a":1},"stepsBefore":{"first":{"error":null,"output":{"a":1}}}},
+		"steps":{"b":2}}`, string(out.Output))
+}
