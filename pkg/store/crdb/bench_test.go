@@ -225,7 +225,7 @@ func BenchmarkWorkItemCycle(b *testing.B) {
 					return 0, err
 				}
 				if w == nil {
-					return 0, fmt.Errorf("the queue ran dry")
+					return 0, nil // the last tasks are leased by other callers
 				}
 				return 1, s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
 			})
