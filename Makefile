@@ -8,7 +8,8 @@ PKGS        := ./...
 .PHONY: run test lint bench ci
 
 run:
-	$(GO) run ./cmd/orchard dev
+	$(GO) build -o bin/orchard ./cmd/orchard
+	./bin/orchard dev
 
 test:
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
