@@ -49,7 +49,7 @@ type PostgresOptions struct {
 	// Dir holds the cluster (Dir/data) and its log (Dir/postgres.log). Empty:
 	// a temporary directory that Stop removes, as does the death of this process.
 	Dir string
-	// Port to listen on, on 127.0.0.1; 0 picks a free one.
+	// Port to bind on 127.0.0.1; 0 picks a free one.
 	Port int
 	// Durable keeps fsync on. Tests leave it off: they need speed, not crash safety.
 	Durable bool

@@ -420,12 +420,7 @@ func (t *turn) apply(e Event) {
 	case ActivityCompleted:
 		p := t.activities[x.ScheduledID]
 		delete(t.activities, x.ScheduledID)
-		out, err := decodeJSON(x.Result)
-		if err != nil {
-			t.answer(p, nil, &Failure{Kind: "activity_failed", Message: "result is not JSON: " + err.Error()})
-			return
-		}
-		t.answer(p, out, nil)
+		t.answerResult(p, x.Result, "activity_failed")
 	case ActivityFailed:
 		p := t.activities[x.ScheduledID]
 		delete(t.activities, x.ScheduledID)
@@ -451,12 +446,7 @@ func (t *turn) apply(e Event) {
 	case ChildCompleted:
 		p := t.children[x.ScheduledID]
 		delete(t.children, x.ScheduledID)
-		out, err := decodeJSON(x.Result)
-		if err != nil {
-			t.answer(p, nil, &Failure{Kind: "child_failed", Message: "result is not JSON: " + err.Error()})
-			return
-		}
-		t.answer(p, out, nil)
+		t.answerResult(p, x.Result, "child_failed")
 	case ChildFailed:
 		p := t.children[x.ScheduledID]
 		delete(t.children, x.ScheduledID)
@@ -465,6 +455,17 @@ func (t *turn) apply(e Event) {
 	case CancelRequested:
 		t.end(ExecutionCancelled{Reason: x.Reason}, "execution cancelled")
 	}
+}
+
+// answerResult answers p with a JSON result, or with a failure of the given
+// kind when the result is not JSON.
+func (t *turn) answerResult(p *pending, result []byte, failKind string) {
+	out, err := decodeJSON(result)
+	if err != nil {
+		t.answer(p, nil, &Failure{Kind: failKind, Message: "result is not JSON: " + err.Error()})
+		return
+	}
+	t.answer(p, out, nil)
 }
 
 func (t *turn) answer(p *pending, out any, f *Failure) {
