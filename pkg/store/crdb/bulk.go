@@ -25,12 +25,9 @@ func (s *Store) DeleteInstanceBulk(ctx context.Context, p *store.DeleteInstanceB
 	if err := validateFilter(&p.Filter); err != nil {
 		return nil, err
 	}
-	limit := p.Limit
-	switch {
-	case limit == 0:
-		limit = store.DefaultBulkLimit
-	case limit < 0:
-		return nil, invalid("negative limit %d", limit)
+	limit, err := bulkLimit(p.Limit)
+	if err != nil {
+		return nil, err
 	}
 	res := &store.BulkDeleteResult{}
 	deleted, after := 0, ""
@@ -80,6 +77,17 @@ func (s *Store) DeleteInstanceBulk(ctx context.Context, p *store.DeleteInstanceB
 	}
 	res.Complete = len(more) == 0
 	return res, nil
+}
+
+// bulkLimit applies the default to a bulk operation's limit.
+func bulkLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return store.DefaultBulkLimit, nil
+	case limit < 0:
+		return 0, invalid("negative limit %d", limit)
+	}
+	return limit, nil
 }
 
 // bulkCandidates reads the next roots after the given id that match the

@@ -178,12 +178,9 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 	if err := validatePrune(&p.Options); err != nil {
 		return nil, err
 	}
-	limit := p.Limit
-	switch {
-	case limit == 0:
-		limit = store.DefaultBulkLimit
-	case limit < 0:
-		return nil, invalid("negative limit %d", limit)
+	limit, err := bulkLimit(p.Limit)
+	if err != nil {
+		return nil, err
 	}
 	res := &store.BulkPruneResult{}
 	after := ""
