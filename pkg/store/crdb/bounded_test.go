@@ -234,3 +234,41 @@ func TestDeleteRacesWithTurns(t *testing.T) {
 		exec(t, s, `DELETE FROM orchestrator_queue`) // zombie messages, if any, are the fetch's business
 	}
 }
+
+func TestPruneBulkInBoundedTransactions(t *testing.T) {
+	t.Parallel()
+	const budget = 100
+	s, txs := boundedStore(t, budget)
+	// 300 chains of 5 executions (the 5th current) with 2 events each.
+	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, execution_count, event_count)
+		SELECT 'acme', 'c' || g::TEXT, 'n', '1', 5, 'Running', 'c' || g::TEXT, 1, 1, 5, 10
+		FROM generate_series(1, 300) AS g`)
+	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at, event_count)
+		SELECT 'acme', i.instance_id, e, CASE WHEN e = 5 THEN 'Running' ELSE 'ContinuedAsNew' END, e,
+			CASE WHEN e = 5 THEN NULL ELSE e END, 2
+		FROM instances i, generate_series(1, 5) AS e`)
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', e.instance_id, e.execution_id, g, 'e', 1 FROM executions e, generate_series(1, 2) AS g`)
+	// One chain whose oldest execution is too big for a transaction.
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', 'c150', 1, g, 'e', 1 FROM generate_series(3, 250) AS g`)
+	exec(t, s, `UPDATE executions SET event_count = 250 WHERE instance_id = 'c150' AND execution_id = 1`)
+	exec(t, s, `UPDATE instances SET event_count = 258 WHERE instance_id = 'c150'`)
+
+	res, err := s.PruneExecutionsBulk(t.Context(), &store.PruneExecutionsBulkParams{TenantID: "acme",
+		Options: store.PruneOptions{KeepLast: 1}})
+	require.NoError(t, err)
+	require.True(t, res.Complete)
+	require.Equal(t, int64(300), res.InstancesProcessed)
+	require.Equal(t, int64(1200), res.ExecutionsDeleted)
+	require.Equal(t, int64(1200*2+248), res.EventsDeleted)
+	requireWithin(t, *txs, budget)
+	require.Greater(t, len(*txs), 30, "small instances share transactions, but not all in one")
+	require.Less(t, len(*txs), 300, "small instances share transactions")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE i.execution_count <> 1 OR i.event_count <>
+		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`),
+		"counters disagree with the rows")
+	require.Equal(t, int64(300), count(t, s, `SELECT count(*) FROM executions`))
+	noOrphans(t, s)
+}

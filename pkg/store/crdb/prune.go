@@ -193,20 +193,39 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 			res.Complete = true
 			return res, nil
 		}
-		for _, id := range ids {
-			r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: p.TenantID, InstanceID: id, Options: p.Options})
-			if errors.Is(err, store.ErrNotFound) {
-				continue // deleted meanwhile
-			}
+		after = ids[len(ids)-1]
+		for len(ids) > 0 {
+			// Many small instances per transaction; one too big for that
+			// goes through PruneExecutions, in pieces.
+			var step store.PruneResult
+			var handled int
+			var big string
+			err := s.inTx(ctx, func(tx pgx.Tx) error {
+				var err error
+				step, handled, big, err = s.pruneInstancesStep(ctx, tx, p.TenantID, ids, &p.Options)
+				return err
+			})
 			if err != nil {
 				return res, err
 			}
-			res.InstancesProcessed++
-			res.ExecutionsDeleted += r.ExecutionsDeleted
-			res.EventsDeleted += r.EventsDeleted
-			after = id
+			s.purged(step.ExecutionsDeleted + step.EventsDeleted)
+			res.InstancesProcessed += step.InstancesProcessed
+			res.ExecutionsDeleted += step.ExecutionsDeleted
+			res.EventsDeleted += step.EventsDeleted
+			if big != "" {
+				r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: p.TenantID, InstanceID: big, Options: p.Options})
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return res, err
+				}
+				if err == nil {
+					res.InstancesProcessed++
+					res.ExecutionsDeleted += r.ExecutionsDeleted
+					res.EventsDeleted += r.EventsDeleted
+				}
+				handled++
+			}
+			ids = ids[handled:]
 		}
-		after = ids[len(ids)-1]
 	}
 	more, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, after, 1)
 	if err != nil {
@@ -220,4 +239,111 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 // that have more than one execution stored (nothing else can be pruned).
 func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after string, n int) ([]string, error) {
 	return s.nextInstances(ctx, tenantID, f, false, after, n, "i.execution_count > 1")
+}
+
+// pruneInstancesStep prunes, in one transaction, the first instances of ids
+// whose prunable executions fit in it whole. It reports how many instances
+// it handled and, when it stopped at one that needs transactions of its own
+// (too big, or left hidden by an interrupted prune), that instance, which
+// then counts as the next one.
+func (s *Store) pruneInstancesStep(ctx context.Context, tx pgx.Tx, tenantID string, ids []string, o *store.PruneOptions) (r store.PruneResult, handled int, big string, err error) {
+	var before int64
+	if !o.CompletedBefore.IsZero() {
+		before = o.CompletedBefore.UnixMilli()
+	}
+	rows, err := tx.Query(ctx, `
+SELECT e.instance_id, e.execution_id, e.event_count, e.deleting
+FROM instances i
+JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting
+	AND (e.deleting OR (
+		e.execution_id <> i.current_execution_id AND e.status <> 'Running'
+		AND ($3::INT8 = 0 OR e.execution_id <= i.current_execution_id - $3::INT8)
+		AND ($4::INT8 = 0 OR e.completed_at < $4::INT8)))
+ORDER BY e.instance_id, e.execution_id`, tenantID, ids, o.KeepLast, before)
+	if err != nil {
+		return r, 0, "", err
+	}
+	type candidate struct {
+		execs  []int64
+		cost   int64
+		hidden bool
+	}
+	byInstance := map[string]*candidate{}
+	for rows.Next() {
+		var id string
+		var exec, events int64
+		var hidden bool
+		if err := rows.Scan(&id, &exec, &events, &hidden); err != nil {
+			rows.Close()
+			return r, 0, "", err
+		}
+		c := byInstance[id]
+		if c == nil {
+			c = &candidate{}
+			byInstance[id] = c
+		}
+		c.execs = append(c.execs, exec)
+		c.cost += 1 + events
+		c.hidden = c.hidden || hidden
+	}
+	if err := rows.Err(); err != nil {
+		return r, 0, "", err
+	}
+	budget := s.opts.MaxRowsPerTransaction
+	var delInst []string
+	var delExec []int64
+	for _, id := range ids {
+		if c := byInstance[id]; c != nil {
+			switch {
+			case c.hidden || c.cost > s.opts.MaxRowsPerTransaction:
+				if len(delInst) == 0 {
+					return r, handled, id, nil
+				}
+				return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
+			case c.cost > budget:
+				return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
+			}
+			for _, e := range c.execs {
+				delInst, delExec = append(delInst, id), append(delExec, e)
+			}
+			budget -= c.cost
+		}
+		handled++
+		r.InstancesProcessed++
+	}
+	return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
+}
+
+// finishPrune deletes the chosen executions and their history and adjusts
+// their instances' counters.
+func (s *Store) finishPrune(ctx context.Context, tx pgx.Tx, tenantID string, inst []string, execs []int64, r store.PruneResult, handled int) (store.PruneResult, int, string, error) {
+	if len(inst) == 0 {
+		return r, handled, "", nil
+	}
+	err := tx.QueryRow(ctx, `
+WITH d AS (
+	SELECT * FROM unnest($2::TEXT[], $3::INT8[]) AS d (instance_id, execution_id)
+), h AS (
+	DELETE FROM history h
+	WHERE h.tenant_id = $1 AND h.instance_id = ANY($2::TEXT[]) AND (h.instance_id, h.execution_id) IN (SELECT * FROM d)
+	RETURNING h.instance_id
+), e AS (
+	DELETE FROM executions e
+	WHERE e.tenant_id = $1 AND e.instance_id = ANY($2::TEXT[]) AND (e.instance_id, e.execution_id) IN (SELECT * FROM d)
+	RETURNING e.instance_id
+), counts AS (
+	SELECT x.instance_id, sum(x.execs) AS execs, sum(x.events) AS events FROM (
+		SELECT instance_id, 1 AS execs, 0 AS events FROM e
+		UNION ALL
+		SELECT instance_id, 0, 1 FROM h) x
+	GROUP BY x.instance_id
+), counted AS (
+	UPDATE instances i SET execution_count = i.execution_count - c.execs, event_count = i.event_count - c.events
+	FROM counts c
+	WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND i.instance_id = c.instance_id
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, inst, execs).Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
+	return r, handled, "", err
 }
