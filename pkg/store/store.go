@@ -95,11 +95,14 @@ type Instance struct {
 	Output             []byte // the current execution's output, when completed
 	Error              string // the current execution's error, when failed
 	Tags               map[string]string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	CompletedAt        time.Time // zero while not terminal
-	ExecutionCount     int64
-	EventCount         int64
+	// Retention is the instance's own retention override, nil when it has
+	// none. GetInstance reads it; listings leave it nil.
+	Retention      *Retention
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time // zero while not terminal
+	ExecutionCount int64
+	EventCount     int64
 }
 
 // OrchestrationLease identifies the lease a dispatcher holds on an instance.
@@ -144,13 +147,23 @@ type WorkItem struct {
 type Store interface {
 	Runtime
 	Management
+	Definitions
 	Tenants
 	Close()
 }
 
-// Tenants registers the tenants whose work the all-tenant fetches consider.
+// Tenants registers the tenants (whose work the all-tenant fetches
+// consider) and keeps their state, limits and retention policy.
 type Tenants interface {
+	// CreateTenant registers an active tenant. ErrAlreadyExists when taken.
 	CreateTenant(ctx context.Context, p *CreateTenantParams) error
+	// GetTenant reads a tenant. ErrNotFound when there is none.
+	GetTenant(ctx context.Context, p *GetTenantParams) (*Tenant, error)
+	// ListTenants pages through the tenants by id.
+	ListTenants(ctx context.Context, p *ListTenantsParams) ([]Tenant, error)
+	// UpdateTenant changes a tenant's state, limits or retention policy and
+	// returns it. ErrNotFound when there is none.
+	UpdateTenant(ctx context.Context, p *UpdateTenantParams) (*Tenant, error)
 }
 
 // CreateTenantParams names a new tenant.
@@ -218,6 +231,8 @@ type StartOrchestrationParams struct {
 	Version    string
 	Input      []byte
 	Tags       map[string]string
+	// Retention overrides the tenant's retention policy for this instance.
+	Retention *Retention
 	// Start is the message the first turn consumes.
 	Start Message
 }

@@ -29,14 +29,19 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	if p.Start.Kind == "" {
 		return nil, invalid("the start message has no kind")
 	}
+	if p.Retention != nil {
+		if err := p.Retention.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	var created bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		tag, err := s.pool.Exec(ctx, `
 WITH i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
-		root_instance_id, created_at, updated_at, input, tags, execution_count, event_count)
-	VALUES ($1, $2, $3, $4, 1, 'Running', $2, $5, $5, $6, $7, 1, 0)
+		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
+	VALUES ($1, $2, $3, $4, 1, 'Running', $2, $5, $5, $6, $7, $10, 1, 0)
 	ON CONFLICT (tenant_id, instance_id) DO NOTHING
 	RETURNING instance_id
 ), e AS (
@@ -51,7 +56,7 @@ WITH i AS (
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, instance_id, 1, $8, $9, $5, $5 FROM i`,
-			p.TenantID, p.InstanceID, p.Name, p.Version, now, p.Input, tagsOf(p.Tags), p.Start.Kind, p.Start.Payload)
+			p.TenantID, p.InstanceID, p.Name, p.Version, now, p.Input, tagsOf(p.Tags), p.Start.Kind, p.Start.Payload, p.Retention)
 		created = tag.RowsAffected() == 1
 		return err
 	})
@@ -106,7 +111,7 @@ RETURNING id::TEXT`,
 const selectInstance = `
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
-	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.retention
 FROM instances i
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
@@ -119,7 +124,7 @@ func scanInstance(tenantID string, row pgx.Row) (*store.Instance, error) {
 	var completedAt *int64
 	err := row.Scan(&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
 		&in.ParentInstanceID, &in.RootInstanceID, &in.Input, &in.Output, &in.Error,
-		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount)
+		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount, &in.Retention)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@
 package crdb
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -108,28 +107,6 @@ func fromNullMillis(ms *int64) time.Time {
 		return time.Time{}
 	}
 	return fromMillis(*ms)
-}
-
-// CreateTenant registers a tenant. ErrAlreadyExists when it is registered.
-func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) error {
-	if p.TenantID == "" {
-		return invalid("tenant id is empty")
-	}
-	now := s.now()
-	var inserted bool
-	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `INSERT INTO tenants (tenant_id, created_at, updated_at) VALUES ($1, $2, $2)
-			ON CONFLICT (tenant_id) DO NOTHING`, p.TenantID, now)
-		inserted = tag.RowsAffected() == 1
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if !inserted {
-		return fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrAlreadyExists)
-	}
-	return nil
 }
 
 // validToken reports whether a lease's token (and task id) can be ours at

@@ -72,6 +72,9 @@ func Run(t *testing.T, newStore Factory) {
 		{"ListFilters", testListFilters},
 		{"ListCursors", testListCursors},
 		{"ListPaginationUnderChurn", testListPaginationUnderChurn},
+		{"Definitions", testDefinitions},
+		{"Tenants", testTenants},
+		{"InstanceRetentionOverride", testInstanceRetentionOverride},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,148 @@
+package crdb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// CreateTenant registers an active tenant. ErrAlreadyExists when it is
+// registered.
+func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) error {
+	if p.TenantID == "" {
+		return invalid("tenant id is empty")
+	}
+	now := s.now()
+	var inserted bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		tag, err := s.pool.Exec(ctx, `INSERT INTO tenants (tenant_id, created_at, updated_at) VALUES ($1, $2, $2)
+			ON CONFLICT (tenant_id) DO NOTHING`, p.TenantID, now)
+		inserted = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		return fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrAlreadyExists)
+	}
+	return nil
+}
+
+const tenantColumns = `tenant_id, state, limits, retention, created_at, updated_at`
+
+func scanTenant(row pgx.Row) (*store.Tenant, error) {
+	var t store.Tenant
+	var limits, retention []byte
+	var created, updated int64
+	if err := row.Scan(&t.TenantID, &t.State, &limits, &retention, &created, &updated); err != nil {
+		return nil, err
+	}
+	if string(limits) != "{}" {
+		t.Limits = limits
+	}
+	if err := json.Unmarshal(retention, &t.Retention); err != nil {
+		return nil, fmt.Errorf("tenant %q: stored retention policy: %w", t.TenantID, err)
+	}
+	t.CreatedAt, t.UpdatedAt = fromMillis(created), fromMillis(updated)
+	return &t, nil
+}
+
+// GetTenant reads a tenant.
+func (s *Store) GetTenant(ctx context.Context, p *store.GetTenantParams) (*store.Tenant, error) {
+	var t *store.Tenant
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		t, err = scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE tenant_id = $1`, p.TenantID))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrNotFound)
+	}
+	return t, err
+}
+
+// ListTenants pages through the tenants by id.
+func (s *Store) ListTenants(ctx context.Context, p *store.ListTenantsParams) ([]store.Tenant, error) {
+	limit, err := pageLimit(p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Tenant
+	err = s.retry(ctx, func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE tenant_id > $1 ORDER BY tenant_id LIMIT $2`,
+			p.AfterTenantID, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTenant(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, *t)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// UpdateTenant changes what the params set and returns the tenant.
+func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (*store.Tenant, error) {
+	var state *string
+	if p.State != nil {
+		if *p.State != store.TenantActive && *p.State != store.TenantSuspended {
+			return nil, invalid("tenant state %q: want %q or %q", *p.State, store.TenantActive, store.TenantSuspended)
+		}
+		state = p.State
+	}
+	var limits, retention []byte
+	if p.Limits != nil {
+		if !json.Valid(p.Limits) {
+			return nil, invalid("tenant limits are not valid JSON")
+		}
+		limits = p.Limits
+	}
+	if p.Retention != nil {
+		if err := p.Retention.Validate(); err != nil {
+			return nil, err
+		}
+		var err error
+		if retention, err = json.Marshal(p.Retention); err != nil {
+			return nil, err
+		}
+	}
+	now := s.now()
+	var t *store.Tenant
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		t, err = scanTenant(s.pool.QueryRow(ctx, `
+UPDATE tenants SET state = COALESCE($2, state), limits = COALESCE($3::JSONB, limits),
+	retention = COALESCE($4::JSONB, retention), updated_at = $5
+WHERE tenant_id = $1
+RETURNING `+tenantColumns, p.TenantID, state, limits, retention, now))
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("tenant %q: %w", p.TenantID, store.ErrNotFound)
+	}
+	return t, err
+}
+
+// pageLimit applies the default and maximum page size of listings.
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return store.DefaultListLimit, nil
+	case limit < 0 || limit > store.MaxListLimit:
+		return 0, invalid("limit must be between 1 and %d, got %d", store.MaxListLimit, limit)
+	}
+	return limit, nil
+}
