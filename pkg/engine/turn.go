@@ -125,20 +125,33 @@ func Turn(def *Definition, in TurnInput) (d Decision, err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			if len(in.History) == 0 {
-				// Keep the start in the history so that the failure has a context.
-				start := msgs[0].(StartMessage)
-				in.History = []Event{ExecutionStarted{ID: 1, Name: def.Name, Version: def.Version, Input: start.Input, Parent: start.Parent}}
-				d = abort(in, Failure{Kind: "internal", Message: fmt.Sprintf("engine panic: %v", r)})
-				d.Events = append(in.History, d.Events...)
-				return
-			}
-			d = abort(in, Failure{Kind: "internal", Message: fmt.Sprintf("engine panic: %v", r)})
+			in.Messages = msgs
+			d, _ = Fail(in, def.Name, def.Version, Failure{Kind: "internal", Message: fmt.Sprintf("engine panic: %v", r)})
 		}
 	}()
 	t := newTurn(def, in)
 	t.run(msgs)
 	return t.decision(), nil
+}
+
+// Fail builds the decision that ends an execution as Failed without running its
+// definition: for when no turn can run (the definition is missing, say). Outstanding
+// activities and children are cancelled and a parent is told. An execution with no
+// history yet is started first, from the start message among in.Messages, so that the
+// failure has its context; ErrNotStarted when there is none.
+func Fail(in TurnInput, name, version string, f Failure) (Decision, error) {
+	if len(in.History) > 0 {
+		return abort(in, f), nil
+	}
+	i := slices.IndexFunc(in.Messages, func(m Message) bool { _, ok := m.(StartMessage); return ok })
+	if i < 0 {
+		return Decision{}, ErrNotStarted
+	}
+	start := in.Messages[i].(StartMessage)
+	in.History = []Event{ExecutionStarted{ID: 1, Name: name, Version: version, Input: start.Input, Parent: start.Parent}}
+	d := abort(in, f)
+	d.Events = append(in.History, d.Events...)
+	return d, nil
 }
 
 // abort builds the decision that fails the execution whatever its history says:

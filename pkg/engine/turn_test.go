@@ -535,3 +535,36 @@ steps:
 	require.NoError(t, err)
 	require.Equal(t, Outcome{Status: StatusCompleted, Output: raw(`[[1,20,2,["inner","outer"],true,true],false,{"error":null,"output":{"b":10}}]`)}, d.Outcome)
 }
+
+func TestFailWithoutDefinition(t *testing.T) {
+	t.Parallel()
+	parent := &ParentRef{InstanceID: "p", ExecutionID: 2, ScheduledID: 7}
+	f := Failure{Kind: "definition_missing", Message: "no definition kid version 3"}
+
+	// Not started yet: started from the start message, then failed.
+	d, err := Fail(TurnInput{InstanceID: "c", ExecutionID: 1, Messages: []Message{
+		EventRaisedMessage{Name: "early"}, StartMessage{Input: raw(`{"a":1}`), Parent: parent},
+	}}, "kid", "3", f)
+	require.NoError(t, err)
+	require.Equal(t, []Event{
+		ExecutionStarted{ID: 1, Name: "kid", Version: "3", Input: raw(`{"a":1}`), Parent: parent},
+		ExecutionFailed{ID: 2, Failure: f},
+	}, d.Events)
+	require.Equal(t, Outcome{Status: StatusFailed, Failure: &f}, d.Outcome)
+	require.Equal(t, &Envelope{InstanceID: "p", Message: ChildFailedMessage{ExecutionID: 2, ScheduledID: 7, ChildInstanceID: "c", Failure: f}}, d.ParentMessage)
+
+	// Started: outstanding work is cancelled before the failure.
+	d, err = Fail(TurnInput{InstanceID: "c", ExecutionID: 1, History: []Event{
+		ExecutionStarted{ID: 1, Name: "kid", Version: "3"},
+		ActivityScheduled{ID: 2, Name: "a", TaskQueue: "q"},
+		ChildScheduled{ID: 3, InstanceID: "c:1:3", Name: "g"},
+	}}, "kid", "3", f)
+	require.NoError(t, err)
+	require.Equal(t, []int64{2}, d.CancelActivities)
+	require.Equal(t, []Envelope{{InstanceID: "c:1:3", Message: CancelMessage{Reason: "parent execution failed"}}}, d.CancelChildren)
+	require.Equal(t, ExecutionFailed{ID: 6, Failure: f}, d.Events[len(d.Events)-1])
+	require.Nil(t, d.ParentMessage)
+
+	_, err = Fail(TurnInput{InstanceID: "c", ExecutionID: 1, Messages: []Message{CancelMessage{}}}, "kid", "3", f)
+	require.ErrorIs(t, err, ErrNotStarted)
+}
