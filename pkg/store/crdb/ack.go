@@ -320,6 +320,11 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 	SELECT $1, instance_id, gen_random_uuid(), 0 FROM created
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
 	RETURNING 1
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT $1, 'Running', $17, count(*) FROM created HAVING count(*) > 0
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, c.instance_id, 1, c.start_kind, c.start_payload, $2, $2 FROM c
@@ -327,7 +332,8 @@ WHERE c.instance_id IN (SELECT instance_id FROM created)
 UNION ALL
 SELECT $1, c.parent, c.parent_execution, c.taken_kind, c.taken_payload, $2, $2 FROM c
 WHERE c.parent IN (SELECT instance_id FROM turn) AND c.instance_id NOT IN (SELECT instance_id FROM created)`,
-			args: []any{parent, parentExec, id, name, version, input, tags, startKind, startPayload, takenKind, takenPayload}})
+			args: []any{parent, parentExec, id, name, version, input, tags, startKind, startPayload, takenKind, takenPayload,
+				countShard()}})
 	}
 	if !cancels && !enqueues {
 		// Only children, whose statement writes instances and so cannot
@@ -355,6 +361,8 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 	// Last: release the leases and write the turns' own rows, conditioned
 	// on the release and on the instance (still there, not being deleted,
 	// on this execution); the instance ids returned are the turns that held.
+	// A turn that only consumes messages sent to an execution already ended
+	// keeps its completion time.
 	var (
 		status, errText, instStatus        []string
 		outputs                            [][]byte
@@ -399,14 +407,26 @@ WITH t AS (
 		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
 	RETURNING l.instance_id
 ), instance AS (
-	UPDATE instances i SET status = t.instance_status, completed_at = t.instance_completed_at, updated_at = $2,
+	UPDATE instances i SET status = t.instance_status, completed_at = COALESCE(i.completed_at, t.instance_completed_at), updated_at = $2,
 		current_execution_id = t.current_execution_id, execution_count = i.execution_count + t.new_executions,
 		event_count = i.event_count + t.events
 	FROM t
 	WHERE i.tenant_id = $1 AND i.instance_id = ANY($3::TEXT[])
 		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
-	RETURNING i.instance_id
+	RETURNING i.instance_id, i.status
+), prev AS (
+	-- The statement's snapshot: the statuses before this ack.
+	SELECT p.instance_id, p.status FROM instances p WHERE p.tenant_id = $1 AND p.instance_id = ANY($3::TEXT[])
+), moved AS (
+	SELECT p.status, -1 AS d FROM instance x JOIN prev p ON p.instance_id = x.instance_id WHERE p.status <> x.status
+	UNION ALL
+	SELECT x.status, 1 FROM instance x JOIN prev p ON p.instance_id = x.instance_id WHERE p.status <> x.status
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT $1, status, $22, sum(d)::INT8 FROM moved GROUP BY status HAVING sum(d) <> 0 ORDER BY status
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
 ), consumed AS (
 	DELETE FROM orchestrator_queue q
 	WHERE q.tenant_id = $1 AND q.instance_id = ANY($3::TEXT[]) AND q.id = ANY($16::UUID[])
@@ -422,7 +442,7 @@ WITH t AS (
 	RETURNING 1
 ), execution AS (
 	UPDATE executions e SET status = t.status, output = t.output, error = NULLIF(t.error, ''),
-		completed_at = t.completed_at, event_count = e.event_count + t.events
+		completed_at = COALESCE(e.completed_at, t.completed_at), event_count = e.event_count + t.events
 	FROM t
 	WHERE e.tenant_id = $1 AND e.instance_id = ANY($3::TEXT[])
 		AND e.instance_id = t.instance_id AND e.execution_id = t.execution_id
@@ -432,5 +452,5 @@ WITH t AS (
 SELECT instance_id FROM instance`,
 		tenant, now, inst, token, exec,
 		status, outputs, errText, completedAt, events, instStatus, instCompletedAt, currentExec, newExecutions,
-		mInst, mID, hInst, hExec, hEvent, hKind, hPayload)
+		mInst, mID, hInst, hExec, hEvent, hKind, hPayload, countShard())
 }

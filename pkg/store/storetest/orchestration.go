@@ -323,6 +323,20 @@ func testAckTerminalStatus(t *testing.T, h *harness) {
 		} else {
 			require.Equal(t, "boom", in.Error)
 		}
+		// An event raised after the end is consumed by a turn that changes
+		// nothing: the completion time stays.
+		completed := in.CompletedAt
+		h.enqueue(tenant, id, `"late"`, 0)
+		h.clock.Advance(time.Second)
+		late := turn(h.mustFetch(tenant, id))
+		late.History, late.Status, late.Output, late.Error = nil, st, p.Output, p.Error
+		h.ack(late)
+		in = h.instance(tenant, id)
+		require.Equal(t, st, in.Status)
+		require.Equal(t, completed, in.CompletedAt)
+		executions, err := h.s.ListExecutions(h.ctx(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: id})
+		require.NoError(t, err)
+		require.Equal(t, completed, executions[0].CompletedAt)
 	}
 	require.Nil(t, h.fetch(tenant))
 }
