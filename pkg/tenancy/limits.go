@@ -1,0 +1,149 @@
+package tenancy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Limits is what one tenant may use. It is stored as JSON in the tenants
+// table (limits column). A zero field, whether missing from the JSON or left
+// zero in Go, means the default below, so stored limits follow the defaults
+// unless a field is set; Effective gives the values in force, and every check
+// here applies it.
+type Limits struct {
+	// RequestsPerSecond is the sustained API request rate. Default 100.
+	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
+	// Burst is how many requests may come at once above the rate. Default 200.
+	Burst int `json:"burst,omitempty"`
+	// MaxRunningInstances bounds the instances not yet terminal. Default 10,000.
+	MaxRunningInstances int64 `json:"max_running_instances,omitempty"`
+	// MaxPayloadBytes bounds one input, output or event payload. Default 1 MiB.
+	MaxPayloadBytes int64 `json:"max_payload_bytes,omitempty"`
+	// MaxHistoryEventsPerExecution bounds one execution's history; past it
+	// an orchestration should continue-as-new. Default 10,000.
+	MaxHistoryEventsPerExecution int64 `json:"max_history_events_per_execution,omitempty"`
+}
+
+// DefaultLimits are the limits of a tenant that sets none.
+func DefaultLimits() Limits {
+	return Limits{
+		RequestsPerSecond:            100,
+		Burst:                        200,
+		MaxRunningInstances:          10_000,
+		MaxPayloadBytes:              1 << 20,
+		MaxHistoryEventsPerExecution: 10_000,
+	}
+}
+
+// Ceilings Validate enforces, whatever a platform admin sets.
+const (
+	MaxRequestsPerSecond       = 100_000
+	MaxBurst                   = 1_000_000
+	MaxRunningInstancesCeiling = 100_000_000
+	MaxPayloadBytesCeiling     = 16 << 20
+	MaxHistoryEventsCeiling    = 1_000_000
+)
+
+// Effective returns l with every zero field replaced by its default. A field
+// Validate would reject (negative, NaN, above its ceiling) also gets the
+// default, so limits that bypassed validation can never disable a check.
+func (l Limits) Effective() Limits {
+	d := DefaultLimits()
+	if !(l.RequestsPerSecond > 0 && l.RequestsPerSecond <= MaxRequestsPerSecond) {
+		l.RequestsPerSecond = d.RequestsPerSecond
+	}
+	l.Burst = int(inRangeOr(int64(l.Burst), MaxBurst, int64(d.Burst)))
+	l.MaxRunningInstances = inRangeOr(l.MaxRunningInstances, MaxRunningInstancesCeiling, d.MaxRunningInstances)
+	l.MaxPayloadBytes = inRangeOr(l.MaxPayloadBytes, MaxPayloadBytesCeiling, d.MaxPayloadBytes)
+	l.MaxHistoryEventsPerExecution = inRangeOr(l.MaxHistoryEventsPerExecution, MaxHistoryEventsCeiling, d.MaxHistoryEventsPerExecution)
+	return l
+}
+
+func inRangeOr(v, ceiling, def int64) int64 {
+	if v > 0 && v <= ceiling {
+		return v
+	}
+	return def
+}
+
+// Validate reports every field out of range, by its JSON name. Zero is valid
+// (it means the default); negative values and values above the ceilings are
+// not.
+func (l Limits) Validate() error {
+	var errs []error
+	if math.IsNaN(l.RequestsPerSecond) || l.RequestsPerSecond < 0 || l.RequestsPerSecond > MaxRequestsPerSecond {
+		errs = append(errs, fmt.Errorf("requests_per_second must be in [0, %d]", MaxRequestsPerSecond))
+	}
+	if l.Burst < 0 || l.Burst > MaxBurst {
+		errs = append(errs, fmt.Errorf("burst must be in [0, %d]", MaxBurst))
+	}
+	if l.MaxRunningInstances < 0 || l.MaxRunningInstances > MaxRunningInstancesCeiling {
+		errs = append(errs, fmt.Errorf("max_running_instances must be in [0, %d]", MaxRunningInstancesCeiling))
+	}
+	if l.MaxPayloadBytes < 0 || l.MaxPayloadBytes > MaxPayloadBytesCeiling {
+		errs = append(errs, fmt.Errorf("max_payload_bytes must be in [0, %d]", MaxPayloadBytesCeiling))
+	}
+	if l.MaxHistoryEventsPerExecution < 0 || l.MaxHistoryEventsPerExecution > MaxHistoryEventsCeiling {
+		errs = append(errs, fmt.Errorf("max_history_events_per_execution must be in [0, %d]", MaxHistoryEventsCeiling))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("limits: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// ParseLimits decodes stored or submitted limits JSON strictly (unknown
+// fields are errors) and validates it. Empty input and null mean all
+// defaults. The result keeps zero fields zero; use Effective to apply them.
+func ParseLimits(data []byte) (Limits, error) {
+	var l Limits
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
+		return l, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return Limits{}, fmt.Errorf("limits: %w", err)
+	}
+	if dec.More() {
+		return Limits{}, errors.New("limits: trailing data after JSON object")
+	}
+	if err := l.Validate(); err != nil {
+		return Limits{}, err
+	}
+	return l, nil
+}
+
+// CheckPayload returns an *ExhaustedError when a payload of size bytes is
+// larger than the tenant may send.
+func (l Limits) CheckPayload(size int) error {
+	limit := l.Effective().MaxPayloadBytes
+	if int64(size) > limit {
+		return &ExhaustedError{Resource: ResourcePayloadBytes, Limit: limit}
+	}
+	return nil
+}
+
+// CheckRunningInstances returns an *ExhaustedError when a tenant with running
+// instances not yet terminal may not start another.
+func (l Limits) CheckRunningInstances(running int64) error {
+	limit := l.Effective().MaxRunningInstances
+	if running >= limit {
+		return &ExhaustedError{Resource: ResourceRunningInstances, Limit: limit}
+	}
+	return nil
+}
+
+// CheckHistoryEvents returns an *ExhaustedError when an execution would hold
+// more than the allowed history events.
+func (l Limits) CheckHistoryEvents(events int64) error {
+	limit := l.Effective().MaxHistoryEventsPerExecution
+	if events > limit {
+		return &ExhaustedError{Resource: ResourceHistoryEvents, Limit: limit}
+	}
+	return nil
+}

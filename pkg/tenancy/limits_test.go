@@ -1,0 +1,141 @@
+package tenancy_test
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/pkg/tenancy"
+)
+
+func TestLimitsJSONDefaults(t *testing.T) {
+	t.Parallel()
+	d := tenancy.DefaultLimits()
+	tests := []struct {
+		name string
+		json string
+		want tenancy.Limits // effective
+	}{
+		{"empty column", ``, d},
+		{"null", `null`, d},
+		{"empty object", `{}`, d},
+		{"one field set", `{"max_payload_bytes": 4096}`, func() tenancy.Limits { l := d; l.MaxPayloadBytes = 4096; return l }()},
+		{"all fields set", `{"requests_per_second": 5.5, "burst": 10, "max_running_instances": 7, "max_payload_bytes": 100, "max_history_events_per_execution": 50}`,
+			tenancy.Limits{RequestsPerSecond: 5.5, Burst: 10, MaxRunningInstances: 7, MaxPayloadBytes: 100, MaxHistoryEventsPerExecution: 50}},
+		{"explicit zero means default", `{"burst": 0}`, d},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := tenancy.ParseLimits([]byte(tt.json))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, l.Effective())
+
+			// Plain encoding/json (as a JSONB scan would do) agrees.
+			var plain tenancy.Limits
+			if tt.json != "" {
+				require.NoError(t, json.Unmarshal([]byte(tt.json), &plain))
+			}
+			require.Equal(t, tt.want, plain.Effective())
+		})
+	}
+
+	// Defaults are not written back, so they keep following DefaultLimits.
+	out, err := json.Marshal(tenancy.Limits{MaxPayloadBytes: 4096})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"max_payload_bytes": 4096}`, string(out))
+
+	require.Equal(t, tenancy.Limits{RequestsPerSecond: 100, Burst: 200, MaxRunningInstances: 10_000, MaxPayloadBytes: 1 << 20, MaxHistoryEventsPerExecution: 10_000}, d)
+}
+
+func TestLimitsValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		limits tenancy.Limits
+		fields []string // JSON names the error must mention; none means valid
+	}{
+		{name: "zero is valid", limits: tenancy.Limits{}},
+		{name: "defaults are valid", limits: tenancy.DefaultLimits()},
+		{name: "ceilings are valid", limits: tenancy.Limits{RequestsPerSecond: tenancy.MaxRequestsPerSecond, Burst: tenancy.MaxBurst,
+			MaxRunningInstances: tenancy.MaxRunningInstancesCeiling, MaxPayloadBytes: tenancy.MaxPayloadBytesCeiling, MaxHistoryEventsPerExecution: tenancy.MaxHistoryEventsCeiling}},
+		{name: "negative rate", limits: tenancy.Limits{RequestsPerSecond: -1}, fields: []string{"requests_per_second"}},
+		{name: "NaN rate", limits: tenancy.Limits{RequestsPerSecond: math.NaN()}, fields: []string{"requests_per_second"}},
+		{name: "infinite rate", limits: tenancy.Limits{RequestsPerSecond: math.Inf(1)}, fields: []string{"requests_per_second"}},
+		{name: "negative burst", limits: tenancy.Limits{Burst: -1}, fields: []string{"burst"}},
+		{name: "payload above ceiling", limits: tenancy.Limits{MaxPayloadBytes: tenancy.MaxPayloadBytesCeiling + 1}, fields: []string{"max_payload_bytes"}},
+		{name: "several at once", limits: tenancy.Limits{MaxRunningInstances: -1, MaxHistoryEventsPerExecution: -5},
+			fields: []string{"max_running_instances", "max_history_events_per_execution"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.limits.Validate()
+			if len(tt.fields) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			for _, f := range tt.fields {
+				require.Contains(t, err.Error(), f)
+			}
+		})
+	}
+}
+
+func TestParseLimitsRejects(t *testing.T) {
+	t.Parallel()
+	for _, data := range []string{
+		`{"max_payload_bytes": -1}`,
+		`{"max_payload": 10}`, // unknown field: a typo must not silently mean default
+		`{"burst": "ten"}`,
+		`[1]`,
+		`{} {}`,
+	} {
+		_, err := tenancy.ParseLimits([]byte(data))
+		require.Error(t, err, data)
+	}
+}
+
+func TestLimitsChecks(t *testing.T) {
+	t.Parallel()
+	l := tenancy.Limits{MaxPayloadBytes: 100, MaxRunningInstances: 3, MaxHistoryEventsPerExecution: 10}
+	tests := []struct {
+		name     string
+		err      error
+		resource string // empty: allowed
+		limit    int64
+	}{
+		{"payload at limit", l.CheckPayload(100), "", 0},
+		{"payload over limit", l.CheckPayload(101), tenancy.ResourcePayloadBytes, 100},
+		{"default payload limit", tenancy.Limits{}.CheckPayload(1<<20 + 1), tenancy.ResourcePayloadBytes, 1 << 20},
+		{"running below limit", l.CheckRunningInstances(2), "", 0},
+		{"running at limit", l.CheckRunningInstances(3), tenancy.ResourceRunningInstances, 3},
+		{"history at limit", l.CheckHistoryEvents(10), "", 0},
+		{"history over limit", l.CheckHistoryEvents(11), tenancy.ResourceHistoryEvents, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if tt.resource == "" {
+				require.NoError(t, tt.err)
+				return
+			}
+			require.ErrorIs(t, tt.err, tenancy.ErrResourceExhausted)
+			var ex *tenancy.ExhaustedError
+			require.ErrorAs(t, tt.err, &ex)
+			require.Equal(t, tt.resource, ex.Resource)
+			require.Equal(t, tt.limit, ex.Limit)
+			require.Zero(t, ex.RetryAfter)
+		})
+	}
+}
+
+func TestLimitsEffectiveIgnoresInvalid(t *testing.T) {
+	t.Parallel()
+	bad := tenancy.Limits{RequestsPerSecond: math.Inf(1), Burst: -3, MaxRunningInstances: -1, MaxPayloadBytes: tenancy.MaxPayloadBytesCeiling + 1, MaxHistoryEventsPerExecution: -1}
+	require.Error(t, bad.Validate())
+	require.Equal(t, tenancy.DefaultLimits(), bad.Effective())
+}

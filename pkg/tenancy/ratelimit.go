@@ -1,0 +1,131 @@
+package tenancy
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// RateLimiter defaults.
+const (
+	DefaultIdleAfter  = 10 * time.Minute
+	DefaultMaxTenants = 100_000
+)
+
+// RateLimiterConfig configures a RateLimiter.
+type RateLimiterConfig struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// IdleAfter is how long a tenant's limiter goes unused before it may be
+	// dropped; zero means DefaultIdleAfter. A limiter is dropped only once
+	// its bucket is full again, so dropping it loses nothing.
+	IdleAfter time.Duration
+	// MaxTenants bounds the limiters kept; zero means DefaultMaxTenants.
+	// Past it the least recently used is dropped even if its bucket is not
+	// full, which can only let that tenant burst again.
+	MaxTenants int
+}
+
+// RateLimiter holds one token bucket per tenant, created on a tenant's first
+// request and updated when its limits change. It is safe for concurrent use.
+type RateLimiter struct {
+	now        func() time.Time
+	idleAfter  time.Duration
+	maxTenants int
+
+	mu        sync.Mutex
+	tenants   map[string]*tenantBucket
+	lastSweep time.Time
+}
+
+type tenantBucket struct {
+	lim      *rate.Limiter
+	lastUsed time.Time
+}
+
+// NewRateLimiter returns an empty RateLimiter.
+func NewRateLimiter(cfg RateLimiterConfig) *RateLimiter {
+	r := &RateLimiter{
+		now:        cfg.Now,
+		idleAfter:  cmpOr(cfg.IdleAfter, DefaultIdleAfter),
+		maxTenants: cfg.MaxTenants,
+		tenants:    make(map[string]*tenantBucket),
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.maxTenants <= 0 {
+		r.maxTenants = DefaultMaxTenants
+	}
+	return r
+}
+
+// Allow takes one request from tenant's bucket, sized by limits (zero fields
+// mean defaults). When the bucket is empty it returns an *ExhaustedError for
+// ResourceRequests whose RetryAfter is when the next request will pass.
+func (r *RateLimiter) Allow(tenant string, limits Limits) error {
+	l := limits.Effective()
+	perSecond := rate.Limit(l.RequestsPerSecond)
+	now := r.now()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked(now)
+	b, ok := r.tenants[tenant]
+	if !ok {
+		if len(r.tenants) >= r.maxTenants {
+			r.evictOldestLocked()
+		}
+		b = &tenantBucket{lim: rate.NewLimiter(perSecond, l.Burst)}
+		r.tenants[tenant] = b
+	} else {
+		if b.lim.Limit() != perSecond {
+			b.lim.SetLimitAt(now, perSecond)
+		}
+		if b.lim.Burst() != l.Burst {
+			b.lim.SetBurstAt(now, l.Burst)
+		}
+	}
+	b.lastUsed = now
+	if b.lim.AllowN(now, 1) {
+		return nil
+	}
+	missing := 1 - b.lim.TokensAt(now)
+	wait := time.Duration(math.Ceil(missing / float64(perSecond) * float64(time.Second)))
+	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(l.Burst), RetryAfter: max(wait, time.Millisecond)}
+}
+
+// Len is the number of tenants with a limiter.
+func (r *RateLimiter) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.tenants)
+}
+
+// sweepLocked drops idle tenants whose bucket is full, at most twice per
+// IdleAfter so that Allow stays O(1) amortised.
+func (r *RateLimiter) sweepLocked(now time.Time) {
+	if now.Sub(r.lastSweep) < r.idleAfter/2 {
+		return
+	}
+	r.lastSweep = now
+	for tenant, b := range r.tenants {
+		if now.Sub(b.lastUsed) >= r.idleAfter && b.lim.TokensAt(now) >= float64(b.lim.Burst()) {
+			delete(r.tenants, tenant)
+		}
+	}
+}
+
+func (r *RateLimiter) evictOldestLocked() {
+	var oldest string
+	var at time.Time
+	first := true
+	for tenant, b := range r.tenants {
+		if first || b.lastUsed.Before(at) {
+			oldest, at, first = tenant, b.lastUsed, false
+		}
+	}
+	delete(r.tenants, oldest)
+}

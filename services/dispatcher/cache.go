@@ -1,0 +1,113 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// errInvalidDefinition: a stored definition no longer parses (a newer engine
+// rejects what an older one accepted). The instances pinned to it fail.
+var errInvalidDefinition = errors.New("stored definition is invalid")
+
+type definitionKey struct{ tenant, name, version string }
+
+// definitionCache keeps compiled definitions by tenant, name and version.
+// Versions are immutable, so entries never go stale; the cache only bounds
+// its size, dropping an arbitrary entry when full.
+type definitionCache struct {
+	store store.Definitions
+	size  int
+
+	mu   sync.Mutex
+	defs map[definitionKey]*engine.Definition
+}
+
+func newDefinitionCache(s store.Definitions, size int) *definitionCache {
+	return &definitionCache{store: s, size: size, defs: map[definitionKey]*engine.Definition{}}
+}
+
+// get returns the compiled definition: ErrNotFound (wrapped) when none is
+// registered, errInvalidDefinition when it does not parse, another error
+// when it could not be read.
+func (c *definitionCache) get(ctx context.Context, tenant, name, version string) (*engine.Definition, error) {
+	key := definitionKey{tenant, name, version}
+	c.mu.Lock()
+	def, ok := c.defs[key]
+	c.mu.Unlock()
+	if ok {
+		return def, nil
+	}
+	if version == "" {
+		return nil, fmt.Errorf("definition %s without a version: %w", name, store.ErrNotFound)
+	}
+	stored, err := c.store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: tenant, Name: name, Version: version})
+	if err != nil {
+		return nil, err
+	}
+	def, err = engine.ParseDefinition(stored.Document)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s version %s: %v", errInvalidDefinition, name, version, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.defs) >= c.size {
+		for k := range c.defs {
+			delete(c.defs, k)
+			break
+		}
+	}
+	c.defs[key] = def
+	return def, nil
+}
+
+// policyCache keeps tenants' retention policies for a while.
+type policyCache struct {
+	store store.Store
+	clock store.Clock
+	ttl   time.Duration
+
+	mu       sync.Mutex
+	policies map[string]cachedPolicy
+}
+
+type cachedPolicy struct {
+	policy  store.RetentionPolicy
+	expires time.Time
+}
+
+func newPolicyCache(s store.Store, clock store.Clock, ttl time.Duration) *policyCache {
+	return &policyCache{store: s, clock: clock, ttl: ttl, policies: map[string]cachedPolicy{}}
+}
+
+// retention returns the retention that governs an instance: its own
+// override, else its tenant's policy for its name.
+func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID string) (store.Retention, error) {
+	inst, err := c.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: tenant, InstanceID: instanceID})
+	if err != nil {
+		return store.Retention{}, err
+	}
+	if inst.Retention != nil {
+		return *inst.Retention, nil
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	p, ok := c.policies[tenant]
+	c.mu.Unlock()
+	if !ok || now.After(p.expires) {
+		t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
+		if err != nil {
+			return store.Retention{}, err
+		}
+		p = cachedPolicy{policy: t.Retention, expires: now.Add(c.ttl)}
+		c.mu.Lock()
+		c.policies[tenant] = p
+		c.mu.Unlock()
+	}
+	return p.policy.For(name, nil), nil
+}

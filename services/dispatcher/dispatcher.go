@@ -1,0 +1,281 @@
+// Package dispatcher runs orchestrations. Its loops lease instances that have
+// messages waiting, run the engine's turn over each one's history and
+// messages, and commit the turn's decision (the ack) through the store. Any
+// number of dispatchers, in any number of processes, share one database with
+// no other coordination: the store's leases make each turn count once.
+//
+// A dispatcher must never write to the database except through the store's
+// runtime operations, never publish a turn whose lease it lost (the store's
+// ack refuses it), and never loop forever on an instance it cannot run: such
+// an instance ends Failed with the reason.
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// Config configures a Dispatcher. Zero fields take the defaults.
+type Config struct {
+	Store store.Store
+	// Loops is the number of concurrent fetch → turn → ack loops (default 4).
+	Loops int
+	// Batch is how many instances a loop leases per fetch and acks per
+	// transaction (default 8).
+	Batch int
+	// LeaseDuration is how long a fetched instance stays leased without a
+	// renewal (default 30s). Turns that run longer renew it.
+	LeaseDuration time.Duration
+	// MinPoll and MaxPoll bound the wait of an idle loop before it fetches
+	// again; the wait doubles from MinPoll with each empty fetch (defaults
+	// 2ms and 250ms).
+	MinPoll, MaxPoll time.Duration
+	// TenantID restricts the dispatcher to one tenant; empty serves all
+	// tenants, in turn.
+	TenantID string
+	// Clock gives each turn its time and the leases theirs (default the
+	// system clock). Polling waits use real time.
+	Clock store.Clock
+	// Logger receives the dispatcher's logs (default slog.Default()).
+	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to the global ones.
+	TracerProvider trace.TracerProvider
+	Metrics        *Metrics
+	// DefinitionCacheSize bounds the compiled definitions kept (default 1024).
+	DefinitionCacheSize int
+	// PolicyTTL is how long a tenant's retention policy is cached (default 30s).
+	PolicyTTL time.Duration
+}
+
+func (c *Config) withDefaults() error {
+	if c.Store == nil {
+		return errors.New("dispatcher: no store")
+	}
+	setDefault(&c.Loops, 4)
+	setDefault(&c.Batch, 8)
+	setDefault(&c.LeaseDuration, 30*time.Second)
+	setDefault(&c.MinPoll, 2*time.Millisecond)
+	setDefault(&c.MaxPoll, 250*time.Millisecond)
+	setDefault(&c.DefinitionCacheSize, 1024)
+	setDefault(&c.PolicyTTL, 30*time.Second)
+	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll {
+		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
+			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
+	}
+	if c.Clock == nil {
+		c.Clock = store.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Metrics == nil {
+		m, err := NewMetrics(otel.GetMeterProvider())
+		if err != nil {
+			return err
+		}
+		c.Metrics = m
+	}
+	return nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Dispatcher runs orchestration turns. New → Start → Stop.
+type Dispatcher struct {
+	cfg      Config
+	log      *slog.Logger
+	tracer   trace.Tracer
+	metrics  *Metrics
+	defs     *definitionCache
+	policies *policyCache
+
+	mu         sync.Mutex
+	started    bool
+	stopFetch  context.CancelFunc // ends the loops' fetching
+	abortTurns context.CancelFunc // ends turns in flight
+	loopsDone  sync.WaitGroup
+	stats      stats
+	// beforeAck, set by tests, runs between a batch's turns and its ack.
+	beforeAck func(ctx context.Context, items []*store.OrchestrationItem)
+}
+
+// stats counts what the loops did, for Stats.
+type stats struct {
+	turns, emptyPolls, leaseLosses atomic.Int64
+	busy                           atomic.Int64
+}
+
+// Stats is a snapshot of a dispatcher's counters.
+type Stats struct {
+	// Turns is the number of turns committed.
+	Turns int64
+	// EmptyPolls is the number of fetches that found no work.
+	EmptyPolls int64
+	// LeaseLosses is the number of turns whose ack found the lease gone.
+	LeaseLosses int64
+	// Busy is the number of loops fetching or running a batch.
+	Busy int64
+}
+
+// New checks the config and builds a dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "dispatcher"),
+		tracer:  cfg.TracerProvider.Tracer("github.com/orchardhq/orchard/services/dispatcher"),
+		metrics: cfg.Metrics,
+	}
+	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
+	d.policies = newPolicyCache(cfg.Store, cfg.Clock, cfg.PolicyTTL)
+	return d, nil
+}
+
+// Start starts the loops. They run until Stop, or until ctx ends (which
+// abandons the turns in flight like a Stop whose deadline passed).
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatcher: already started")
+	}
+	d.started = true
+	turnCtx, abortTurns := context.WithCancel(context.WithoutCancel(ctx))
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	d.stopFetch, d.abortTurns = stopFetch, abortTurns
+	context.AfterFunc(ctx, abortTurns)
+	for i := range d.cfg.Loops {
+		d.loopsDone.Add(1)
+		go func() {
+			defer d.loopsDone.Done()
+			d.loop(fetchCtx, turnCtx, i)
+		}()
+	}
+	d.log.Info("dispatcher started", "loops", d.cfg.Loops, "batch", d.cfg.Batch, "lease", d.cfg.LeaseDuration, "tenant", d.cfg.TenantID)
+	return nil
+}
+
+// Stop drains the dispatcher: the loops stop fetching and finish the turns in
+// flight. When ctx ends first, the turns still in flight are abandoned (their
+// instances released for other dispatchers) and Stop returns ctx's error.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	if !d.started {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	d.stopFetch()
+	done := make(chan struct{})
+	go func() { d.loopsDone.Wait(); close(done) }()
+	select {
+	case <-done:
+		d.abortTurns()
+		d.log.Info("dispatcher stopped")
+		return nil
+	case <-ctx.Done():
+		d.abortTurns()
+		<-done
+		d.log.Warn("dispatcher stopped before its turns ended; they were abandoned")
+		return ctx.Err()
+	}
+}
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() Stats {
+	return Stats{
+		Turns:       d.stats.turns.Load(),
+		EmptyPolls:  d.stats.emptyPolls.Load(),
+		LeaseLosses: d.stats.leaseLosses.Load(),
+		Busy:        d.stats.busy.Load(),
+	}
+}
+
+// loop fetches and runs batches until fetchCtx ends. Turns run under
+// turnCtx, so that a drain lets them finish.
+func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
+	wait := time.Duration(0)
+	failures := 0
+	for fetchCtx.Err() == nil {
+		if wait > 0 && !sleep(fetchCtx, wait) {
+			return
+		}
+		d.stats.busy.Add(1)
+		err := d.fetchAndRun(fetchCtx, turnCtx)
+		d.stats.busy.Add(-1)
+		switch {
+		case errors.Is(err, errNoWork):
+			failures = 0
+			wait = min(max(2*wait, d.cfg.MinPoll), d.cfg.MaxPoll)
+		case err != nil:
+			if turnCtx.Err() != nil {
+				return
+			}
+			failures++
+			wait = backoff(failures)
+			d.log.Warn("dispatch failed", "loop", n, "error", err, "retry_in", wait)
+		default:
+			failures, wait = 0, 0
+		}
+	}
+}
+
+// errNoWork: a fetch found nothing to do.
+var errNoWork = errors.New("no work")
+
+// fetchAndRun fetches a batch and runs it.
+func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
+	items, err := d.cfg.Store.FetchOrchestrationItems(turnCtx, &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: d.cfg.TenantID, LeaseDuration: d.cfg.LeaseDuration},
+		Max:                          d.cfg.Batch,
+	})
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	if len(items) == 0 {
+		d.stats.emptyPolls.Add(1)
+		d.metrics.emptyPolls.Add(fetchCtx, 1)
+		return errNoWork
+	}
+	return d.runBatch(turnCtx, items)
+}
+
+// backoff is the wait after the n-th consecutive failure: exponential from
+// 50ms to 5s, with jitter.
+func backoff(n int) time.Duration {
+	d := min(50*time.Millisecond<<min(n-1, 7), 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,262 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testworker"
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/store/storetest"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const tenant = "acme"
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// system is a database, a store on a manual clock, and the dispatchers and
+// test workers a test starts on it. Time moves only when the test says so,
+// or when everything is idle and waitFor moves it to the next due message.
+type system struct {
+	t           *testing.T
+	pool        *pgxpool.Pool
+	store       *crdb.Store
+	clock       *storetest.ManualClock
+	dispatchers []*dispatcher.Dispatcher
+	workers     []*testworker.Worker
+	// blocked counts handlers that wait for their context on purpose: they
+	// keep a worker loop busy, yet wait for the clock like everything else.
+	blocked atomic.Int64
+}
+
+func newSystem(t *testing.T, docs ...string) *system {
+	t.Helper()
+	pool := testdb.Pool(t, 40)
+	clock := storetest.NewManualClock(epoch)
+	s := &system{t: t, pool: pool, clock: clock, store: crdb.New(pool, crdb.Options{Clock: clock})}
+	require.NoError(t, s.store.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: tenant}))
+	for _, doc := range docs {
+		s.register(doc)
+	}
+	return s
+}
+
+// examples are the engine's example definitions.
+func examples(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join("..", "..", "pkg", "engine", "examples", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var docs []string
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		docs = append(docs, string(doc))
+	}
+	return docs
+}
+
+func (s *system) register(doc string) *engine.Definition {
+	s.t.Helper()
+	def, err := engine.ParseDefinition([]byte(doc))
+	require.NoError(s.t, err)
+	_, err = s.store.RegisterDefinition(s.t.Context(), &store.RegisterDefinitionParams{
+		TenantID: tenant, Name: def.Name, Version: def.Version, Document: def.Document(),
+	})
+	require.NoError(s.t, err)
+	return def
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// dispatcher starts a dispatcher on the system's store (or on st).
+func (s *system) dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
+	s.t.Helper()
+	if cfg.Store == nil {
+		cfg.Store = s.store
+	}
+	cfg.Clock = s.clock
+	cfg.MaxPoll = 10 * time.Millisecond
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	d, err := dispatcher.New(cfg)
+	require.NoError(s.t, err)
+	return d
+}
+
+func (s *system) startDispatcher(d *dispatcher.Dispatcher) {
+	s.t.Helper()
+	require.NoError(s.t, d.Start(s.t.Context()))
+	s.dispatchers = append(s.dispatchers, d)
+	s.t.Cleanup(func() { _ = d.Stop(context.Background()) })
+}
+
+func (s *system) worker(h testworker.Handler, queues ...string) *testworker.Worker {
+	s.t.Helper()
+	w := testworker.Start(s.t.Context(), testworker.Config{Store: s.store, TaskQueues: queues, Handler: h})
+	s.workers = append(s.workers, w)
+	s.t.Cleanup(w.Stop)
+	return w
+}
+
+// start starts an instance of the latest version of a definition.
+func (s *system) start(id, name string, input any, retention *store.Retention) {
+	s.t.Helper()
+	def, err := s.store.GetDefinition(s.t.Context(), &store.GetDefinitionParams{TenantID: tenant, Name: name})
+	version := ""
+	if err == nil {
+		version = def.Version
+	}
+	raw, err := json.Marshal(input)
+	require.NoError(s.t, err)
+	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: raw})
+	require.NoError(s.t, err)
+	_, err = s.store.StartOrchestration(s.t.Context(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: id, Name: name, Version: version, Input: raw, Retention: retention,
+		Start: store.Message{Kind: kind, Payload: payload},
+	})
+	require.NoError(s.t, err)
+}
+
+func (s *system) raise(id, name string, payload any) {
+	s.t.Helper()
+	raw, err := json.Marshal(payload)
+	require.NoError(s.t, err)
+	kind, body, err := engine.EncodeMessage(engine.EventRaisedMessage{Name: name, Payload: raw})
+	require.NoError(s.t, err)
+	_, err = s.store.Enqueue(s.t.Context(), &store.EnqueueParams{TenantID: tenant, InstanceID: id, Message: store.Message{Kind: kind, Payload: body}})
+	require.NoError(s.t, err)
+}
+
+func (s *system) instance(id string) *store.Instance {
+	s.t.Helper()
+	in, err := s.store.GetInstance(s.t.Context(), &store.GetInstanceParams{TenantID: tenant, InstanceID: id})
+	require.NoError(s.t, err)
+	return in
+}
+
+// waitFor polls cond until it holds, moving the clock to the next due
+// message whenever the whole system is idle. It fails the test after 60s of
+// real time, or when the system is idle with nothing due.
+func (s *system) waitFor(what string, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		require.True(s.t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		if s.idle() {
+			if !s.advanceToNextDue() {
+				require.True(s.t, cond(), "idle with nothing due, and still not %s", what)
+				return
+			}
+			continue
+		}
+		<-tick.C
+	}
+}
+
+// waitDone waits until an instance is terminal and returns it.
+func (s *system) waitDone(id string) *store.Instance {
+	s.t.Helper()
+	var in *store.Instance
+	s.waitFor(id+" to end", func() bool {
+		var err error
+		in, err = s.store.GetInstance(s.t.Context(), &store.GetInstanceParams{TenantID: tenant, InstanceID: id})
+		require.NoError(s.t, err)
+		return in.Status.Terminal()
+	})
+	return in
+}
+
+type counters struct{ turns, polls, done, wpolls, busy int64 }
+
+func (s *system) counters() counters {
+	var c counters
+	for _, d := range s.dispatchers {
+		st := d.Stats()
+		c.turns += st.Turns + st.LeaseLosses
+		c.polls += st.EmptyPolls
+		c.busy += st.Busy
+	}
+	for _, w := range s.workers {
+		st := w.Stats()
+		c.done += st.Completed + st.Failed + st.LeaseLosses
+		c.wpolls += st.EmptyPolls
+		c.busy += st.Busy
+	}
+	c.busy -= s.blocked.Load()
+	return c
+}
+
+// idle reports whether nothing can happen without the clock moving: no loop
+// is busy, and every dispatcher and worker loop fetched nothing, twice over,
+// while no turn and no task completed.
+func (s *system) idle() bool {
+	a := s.counters()
+	if a.busy != 0 {
+		return false
+	}
+	loops, wloops := int64(0), int64(0)
+	for range s.dispatchers {
+		loops += 4
+	}
+	for range s.workers {
+		wloops += 4
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b := s.counters()
+		if b.turns != a.turns || b.done != a.done || time.Now().After(deadline) {
+			return false
+		}
+		if b.polls >= a.polls+2*loops && b.wpolls >= a.wpolls+2*wloops {
+			return b.busy == 0
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// advanceToNextDue moves the clock to the earliest message not yet visible;
+// false when there is none.
+func (s *system) advanceToNextDue() bool {
+	s.t.Helper()
+	now := s.clock.Now().UnixMilli()
+	var next *int64
+	require.NoError(s.t, s.pool.QueryRow(s.t.Context(),
+		`SELECT min(visible_at) FROM orchestrator_queue WHERE visible_at > $1`, now).Scan(&next))
+	if next == nil {
+		return false
+	}
+	s.clock.Advance(time.Duration(*next-now) * time.Millisecond)
+	return true
+}
+
+// history returns the kinds of an execution's events, in order, checking
+// that their ids run 1, 2, 3... with no gap and no duplicate.
+func (s *system) history(id string, execution int64) []string {
+	s.t.Helper()
+	events, err := s.store.GetHistory(s.t.Context(), &store.GetHistoryParams{TenantID: tenant, InstanceID: id, ExecutionID: execution})
+	require.NoError(s.t, err)
+	kinds := make([]string, len(events))
+	for i, e := range events {
+		require.Equal(s.t, int64(i+1), e.EventID)
+		kinds[i] = e.Kind
+	}
+	return kinds
+}

@@ -1,0 +1,395 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// runningTurn is a turn between its fetch and its ack.
+type runningTurn struct {
+	item  *store.OrchestrationItem
+	ack   *store.AckOrchestrationItemParams
+	span  trace.Span
+	start time.Time
+}
+
+// runBatch runs the turns of a fetched batch and acks them in one
+// transaction. A turn that cannot run for a transient reason is abandoned
+// with a delay; the others are acked. An error means the ack failed and the
+// batch was abandoned.
+func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationItem) error {
+	stopRenewing := d.renewWhileRunning(ctx, items)
+	defer stopRenewing()
+
+	now := d.cfg.Clock.Now()
+	turns := make([]*runningTurn, 0, len(items))
+	for _, it := range items {
+		d.observeBacklog(ctx, now, it)
+		t := &runningTurn{item: it, start: time.Now()}
+		_, t.span = d.tracer.Start(ctx, "orchestration turn", trace.WithAttributes(
+			attribute.String("orchard.tenant", it.Lease.TenantID),
+			attribute.String("orchard.instance", it.Lease.InstanceID),
+			attribute.Int64("orchard.execution", it.Instance.CurrentExecutionID),
+			attribute.Int("orchard.messages", len(it.Messages)),
+		))
+		ack, err := d.turn(ctx, it)
+		if err != nil {
+			d.endTurn(ctx, t, "abandoned", err)
+			d.abandon(ctx, it, backoff(1))
+			continue
+		}
+		t.ack = ack
+		t.span.SetAttributes(attribute.Int("orchard.events_appended", len(ack.History)))
+		turns = append(turns, t)
+	}
+	if len(turns) == 0 {
+		return nil
+	}
+
+	if d.beforeAck != nil {
+		d.beforeAck(ctx, items)
+	}
+	params := &store.AckOrchestrationItemsParams{Turns: make([]*store.AckOrchestrationItemParams, len(turns))}
+	for i, t := range turns {
+		params.Turns[i] = t.ack
+	}
+	results, err := d.cfg.Store.AckOrchestrationItems(ctx, params)
+	if err != nil {
+		for _, t := range turns {
+			d.endTurn(ctx, t, "abandoned", err)
+			d.abandon(ctx, t.item, backoff(1))
+		}
+		return fmt.Errorf("ack %d turns: %w", len(turns), err)
+	}
+	for i, t := range turns {
+		it := t.item
+		switch {
+		case errors.Is(results[i], store.ErrLeaseLost):
+			d.stats.leaseLosses.Add(1)
+			d.metrics.leaseLosses.Add(ctx, 1)
+			d.log.Info("turn dropped: lease lost (expired, taken over, or the instance was deleted)",
+				"tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "execution", t.ack.ExecutionID)
+			d.endTurn(ctx, t, "lease_lost", nil)
+		case results[i] != nil:
+			d.endTurn(ctx, t, "abandoned", results[i])
+			d.abandon(ctx, it, backoff(1))
+		default:
+			d.stats.turns.Add(1)
+			d.endTurn(ctx, t, string(t.ack.Status), nil)
+			if t.ack.Status == store.StatusContinuedAsNew {
+				d.autoPrune(ctx, it)
+			}
+		}
+	}
+	return nil
+}
+
+// endTurn records a turn's outcome in its span and the metrics.
+func (d *Dispatcher) endTurn(ctx context.Context, t *runningTurn, outcome string, err error) {
+	t.span.SetAttributes(attribute.String("orchard.outcome", outcome))
+	if err != nil {
+		t.span.RecordError(err)
+		t.span.SetStatus(codes.Error, err.Error())
+		d.log.Warn("turn abandoned", "tenant", t.item.Lease.TenantID, "instance", t.item.Lease.InstanceID, "error", err)
+	}
+	t.span.End()
+	attrs := metric.WithAttributes(attribute.String("outcome", outcome))
+	d.metrics.turns.Add(ctx, 1, attrs)
+	d.metrics.turnSeconds.Record(ctx, time.Since(t.start).Seconds(), attrs)
+}
+
+// observeBacklog records how long the turn's messages waited to be fetched.
+func (d *Dispatcher) observeBacklog(ctx context.Context, now time.Time, it *store.OrchestrationItem) {
+	var oldest time.Time
+	for _, m := range it.Messages {
+		if oldest.IsZero() || m.VisibleAt.Before(oldest) {
+			oldest = m.VisibleAt
+		}
+	}
+	if !oldest.IsZero() {
+		d.metrics.backlogSeconds.Record(ctx, max(now.Sub(oldest), 0).Seconds())
+	}
+}
+
+// abandon releases an instance so that it is fetched again after delay.
+func (d *Dispatcher) abandon(ctx context.Context, it *store.OrchestrationItem, delay time.Duration) {
+	// On a drain's deadline ctx has ended; the release still goes out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := d.cfg.Store.AbandonOrchestrationItem(ctx, &store.AbandonOrchestrationItemParams{Lease: it.Lease, Delay: delay})
+	if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		d.log.Warn("abandon failed; the lease will expire", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "error", err)
+	}
+}
+
+// renewWhileRunning renews the batch's leases every third of their duration
+// until the returned function is called. Most batches end long before the
+// first renewal.
+func (d *Dispatcher) renewWhileRunning(ctx context.Context, items []*store.OrchestrationItem) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var timer *time.Timer
+	var renew func()
+	renew = func() {
+		for _, it := range items {
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			expires, err := d.cfg.Store.RenewOrchestrationLease(ctx, &store.RenewOrchestrationLeaseParams{Lease: it.Lease, Duration: d.cfg.LeaseDuration})
+			if err != nil {
+				d.log.Warn("lease renewal failed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "error", err)
+				continue
+			}
+			d.log.Debug("lease renewed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "until", expires)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer.Reset(d.cfg.LeaseDuration / 3)
+		}
+	}
+	mu.Lock()
+	timer = time.AfterFunc(d.cfg.LeaseDuration/3, renew)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+	}
+}
+
+// turn runs the engine over a fetched instance and returns the ack that
+// commits its decision. An error is transient (the definition could not be
+// read): the instance is abandoned and tried again. Everything else that
+// goes wrong ends the execution Failed, so no instance loops forever.
+func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*store.AckOrchestrationItemParams, error) {
+	inst := &it.Instance
+	exec := inst.CurrentExecutionID
+	log := d.log.With("tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "execution", exec)
+	ack := &store.AckOrchestrationItemParams{Lease: it.Lease, ExecutionID: exec}
+
+	in := engine.TurnInput{InstanceID: inst.InstanceID, ExecutionID: exec, Now: d.cfg.Clock.Now()}
+	for _, m := range it.Messages {
+		ack.MessageIDs = append(ack.MessageIDs, m.ID)
+		if m.ExecutionID != 0 && m.ExecutionID != exec {
+			log.Debug("message for another execution consumed without effect", "kind", m.Kind, "message_execution", m.ExecutionID)
+			continue
+		}
+		msg, err := engine.DecodeMessage(m.Kind, m.Payload)
+		if err != nil {
+			log.Warn("undecodable message consumed without effect", "kind", m.Kind, "error", err)
+			continue
+		}
+		in.Messages = append(in.Messages, msg)
+	}
+	in.History = make([]engine.Event, len(it.History))
+	for i, h := range it.History {
+		e, err := engine.DecodeEvent(h.EventID, h.Kind, h.Payload)
+		if err != nil {
+			// The history cannot be replayed: end the execution where it is.
+			return d.failUnreadable(ack, len(it.History), fmt.Sprintf("history event %d cannot be read: %v", h.EventID, err), log)
+		}
+		in.History[i] = e
+	}
+
+	def, err := d.defs.get(ctx, it.Lease.TenantID, inst.Name, inst.Version)
+	var decision engine.Decision
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		f := engine.Failure{Kind: "definition_missing", Message: fmt.Sprintf("no definition %s version %q is registered", inst.Name, inst.Version)}
+		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
+			return d.failUnreadable(ack, len(it.History), f.Message, log)
+		}
+	case errors.Is(err, errInvalidDefinition):
+		f := engine.Failure{Kind: "definition_invalid", Message: err.Error()}
+		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
+			return d.failUnreadable(ack, len(it.History), f.Message, log)
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if decision, err = engine.Turn(def, in); err != nil {
+			f := engine.Failure{Kind: "internal", Message: err.Error()}
+			if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
+				return d.failUnreadable(ack, len(it.History), f.Message, log)
+			}
+		}
+	}
+	if err := d.applyDecision(ctx, ack, it, decision); err != nil {
+		return nil, err
+	}
+	if ack.Status == store.StatusFailed {
+		log.Info("execution failed", "error", ack.Error)
+	}
+	return ack, nil
+}
+
+// failUnreadable ends an execution whose history or start cannot be read: the
+// messages are consumed and one execution_failed event is appended.
+func (d *Dispatcher) failUnreadable(ack *store.AckOrchestrationItemParams, historyLen int, reason string, log *slog.Logger) (*store.AckOrchestrationItemParams, error) {
+	log.Error("execution cannot run; it ends failed", "reason", reason)
+	f := engine.Failure{Kind: "internal", Message: reason}
+	kind, payload, err := engine.EncodeEvent(engine.ExecutionFailed{ID: int64(historyLen) + 1, Failure: f})
+	if err != nil {
+		return nil, err
+	}
+	ack.History = []store.HistoryEvent{{EventID: int64(historyLen) + 1, Kind: kind, Payload: payload}}
+	ack.Status, ack.Error = store.StatusFailed, reason
+	return ack, nil
+}
+
+// applyDecision translates the engine's decision into the ack's rows.
+func (d *Dispatcher) applyDecision(ctx context.Context, ack *store.AckOrchestrationItemParams, it *store.OrchestrationItem, dec engine.Decision) error {
+	self, exec := it.Instance.InstanceID, ack.ExecutionID
+	ack.History = make([]store.HistoryEvent, 0, len(dec.Events))
+	for _, e := range dec.Events {
+		kind, payload, err := engine.EncodeEvent(e)
+		if err != nil {
+			return err
+		}
+		ack.History = append(ack.History, store.HistoryEvent{EventID: e.EventID(), Kind: kind, Payload: payload})
+	}
+	for _, a := range dec.Activities {
+		ack.Activities = append(ack.Activities, store.ActivityTask{
+			ActivityID: a.ActivityID, Name: a.Name, TaskQueue: a.TaskQueue, Input: a.Input, Attempt: a.Attempt,
+		})
+	}
+	ack.CancelActivities = dec.CancelActivities
+	send := func(instanceID string, execution int64, m engine.Message, delay time.Duration) error {
+		kind, payload, err := engine.EncodeMessage(m)
+		if err != nil {
+			return err
+		}
+		ack.Messages = append(ack.Messages, store.OutgoingMessage{
+			InstanceID: instanceID, ExecutionID: execution, Message: store.Message{Kind: kind, Payload: payload}, Delay: max(delay, 0),
+		})
+		return nil
+	}
+	for _, t := range dec.Timers {
+		if err := send(self, exec, t.Message, t.Delay); err != nil {
+			return err
+		}
+	}
+	for _, c := range dec.CancelChildren {
+		if err := send(c.InstanceID, 0, c.Message, 0); err != nil {
+			return err
+		}
+	}
+	if p := dec.ParentMessage; p != nil {
+		var parentExec int64
+		switch m := p.Message.(type) {
+		case engine.ChildCompletedMessage:
+			parentExec = m.ExecutionID
+		case engine.ChildFailedMessage:
+			parentExec = m.ExecutionID
+		}
+		if err := send(p.InstanceID, parentExec, p.Message, 0); err != nil {
+			return err
+		}
+	}
+	for _, c := range dec.Children {
+		child, err := d.childStart(ctx, it.Lease.TenantID, self, exec, c)
+		if err != nil {
+			return err
+		}
+		ack.Children = append(ack.Children, child)
+	}
+
+	o := dec.Outcome
+	ack.Status = store.Status(o.Status)
+	switch o.Status {
+	case engine.StatusCompleted:
+		ack.Output = o.Output
+	case engine.StatusFailed:
+		if o.Failure != nil {
+			ack.Error = o.Failure.Message
+		}
+	case engine.StatusCancelled:
+		ack.Error = o.Reason
+	case engine.StatusContinuedAsNew:
+		kind, payload, err := engine.EncodeMessage(*o.Next)
+		if err != nil {
+			return err
+		}
+		ack.ContinueAsNew = &store.ContinueAsNew{Input: o.Next.Input, Start: store.Message{Kind: kind, Payload: payload}}
+	}
+	return nil
+}
+
+// childStart describes a sub-orchestration to create. A child that pins no
+// version runs the latest one registered now; when none is, it is created
+// anyway and fails at its first turn, which tells the parent.
+func (d *Dispatcher) childStart(ctx context.Context, tenant, parent string, exec int64, c engine.ChildStart) (store.ChildStart, error) {
+	version := c.Version
+	if version == "" {
+		latest, err := d.cfg.Store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: tenant, Name: c.Name})
+		switch {
+		case err == nil:
+			version = latest.Version
+		case !errors.Is(err, store.ErrNotFound):
+			return store.ChildStart{}, err
+		}
+	}
+	kind, payload, err := engine.EncodeMessage(c.Message)
+	if err != nil {
+		return store.ChildStart{}, err
+	}
+	var scheduled int64
+	if c.Message.Parent != nil {
+		scheduled = c.Message.Parent.ScheduledID
+	}
+	takenKind, takenPayload, err := engine.EncodeMessage(engine.ChildFailedMessage{
+		ExecutionID: exec, ScheduledID: scheduled, ChildInstanceID: c.InstanceID,
+		Failure: engine.Failure{Kind: "child_failed", Message: fmt.Sprintf("instance id %q is taken", c.InstanceID)},
+	})
+	if err != nil {
+		return store.ChildStart{}, err
+	}
+	return store.ChildStart{
+		InstanceID: c.InstanceID, Name: c.Name, Version: version, Input: c.Input,
+		Start:   store.Message{Kind: kind, Payload: payload},
+		IfTaken: store.Message{Kind: takenKind, Payload: takenPayload},
+	}, nil
+}
+
+// autoPrune applies the retention that governs a continue-as-new chain right
+// after a new execution began, when it asks for it: keep the last N. It
+// runs after the ack, in the store's bounded prune; a failure is logged and
+// left to the next continue-as-new or the janitor.
+func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) {
+	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
+	r, err := d.policies.retention(ctx, tenant, it.Instance.Name, id)
+	if err != nil {
+		d.log.Warn("auto-prune skipped: retention unknown", "tenant", tenant, "instance", id, "error", err)
+		return
+	}
+	if !r.Chain.AutoPrune || r.Chain.KeepLast <= 0 {
+		return
+	}
+	res, err := d.cfg.Store.PruneExecutions(ctx, &store.PruneExecutionsParams{
+		TenantID: tenant, InstanceID: id, Options: store.PruneOptions{KeepLast: r.Chain.KeepLast},
+	})
+	if err != nil {
+		d.log.Warn("auto-prune failed", "tenant", tenant, "instance", id, "error", err)
+		return
+	}
+	if res.ExecutionsDeleted > 0 {
+		d.log.Debug("auto-pruned", "tenant", tenant, "instance", id, "executions", res.ExecutionsDeleted, "events", res.EventsDeleted)
+	}
+}
