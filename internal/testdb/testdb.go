@@ -157,7 +157,19 @@ func URL(tb testing.TB) string {
 // Pool returns a pool on a fresh, migrated database, closed when the test ends.
 func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(tb))
+	return poolOn(tb, URL(tb), maxConns)
+}
+
+// PoolFor returns another pool on the database of p, closed when the test
+// ends: the connections another process would have.
+func PoolFor(tb testing.TB, p *pgxpool.Pool, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	return poolOn(tb, p.Config().ConnString(), maxConns)
+}
+
+func poolOn(tb testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		tb.Fatalf("testdb: %v", err)
 	}

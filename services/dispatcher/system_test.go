@@ -232,14 +232,21 @@ func (s *system) idle() bool {
 	}
 }
 
-// advanceToNextDue moves the clock to the earliest message not yet visible;
-// false when there is none.
+// advanceToNextDue moves the clock to when the next message becomes
+// fetchable; false when there is none.
 func (s *system) advanceToNextDue() bool {
 	s.t.Helper()
 	now := s.clock.Now().UnixMilli()
 	var next *int64
-	require.NoError(s.t, s.pool.QueryRow(s.t.Context(),
-		`SELECT min(visible_at) FROM orchestrator_queue WHERE visible_at > $1`, now).Scan(&next))
+	// Messages not yet visible, and instances with messages whose lease
+	// (an abandoned turn's delay) has not run out.
+	require.NoError(s.t, s.pool.QueryRow(s.t.Context(), `
+SELECT min(t) FROM (
+	SELECT visible_at AS t FROM orchestrator_queue WHERE visible_at > $1
+	UNION ALL
+	SELECT l.locked_until FROM instance_locks l WHERE l.locked_until > $1
+		AND EXISTS (SELECT 1 FROM orchestrator_queue q WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id)
+) due`, now).Scan(&next))
 	if next == nil {
 		return false
 	}
@@ -259,4 +266,12 @@ func (s *system) history(id string, execution int64) []string {
 		kinds[i] = e.Kind
 	}
 	return kinds
+}
+
+// rows counts the rows of one of the tenant's tables.
+func (s *system) rows(table string) int64 {
+	s.t.Helper()
+	var n int64
+	require.NoError(s.t, s.pool.QueryRow(s.t.Context(), "SELECT count(*) FROM "+table+" WHERE tenant_id = $1", tenant).Scan(&n))
+	return n
 }

@@ -1,0 +1,312 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+const oneActivity = `
+name: one
+version: 1
+steps:
+  - id: a
+    activity: { name: echo, task_queue: q, input: "${ input }" }
+output: ${ steps.a.output }
+`
+
+func echo(_ context.Context, task *store.WorkItem) (any, error) { return json.RawMessage(task.Input), nil }
+
+var oneActivityHistory = []string{"execution_started", "activity_scheduled", "activity_completed", "execution_completed"}
+
+// Two groups of dispatchers and workers, as two processes would be, share
+// one database: every instance completes once, no event is written twice,
+// and both groups work.
+func TestTwoDispatcherGroups(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	const n = 1000
+	for i := range n {
+		s.start(fmt.Sprintf("i-%04d", i), "one", i, nil)
+	}
+	var groups []*dispatcher.Dispatcher
+	for range 2 {
+		// Each group has its own connection pool, as a process would.
+		st := crdb.New(testdb.PoolFor(t, s.pool, 10), crdb.Options{Clock: s.clock})
+		d := s.dispatcher(dispatcher.Config{Store: st, Loops: 3, Batch: 8})
+		s.startDispatcher(d)
+		groups = append(groups, d)
+	}
+	s.worker(echo, "q")
+	s.worker(echo, "q")
+
+	s.waitFor("all instances to complete", func() bool {
+		res, err := s.store.CountInstances(t.Context(), &store.CountInstancesParams{TenantID: tenant, Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusCompleted}}})
+		require.NoError(t, err)
+		return res.Total == n
+	})
+	for i := range n {
+		id := fmt.Sprintf("i-%04d", i)
+		in := s.instance(id)
+		require.Equal(t, store.StatusCompleted, in.Status)
+		require.JSONEq(t, fmt.Sprint(i), string(in.Output))
+		require.Equal(t, oneActivityHistory, s.history(id, 1), id)
+		require.Equal(t, int64(4), in.EventCount)
+	}
+	var turns int64
+	for i, d := range groups {
+		st := d.Stats()
+		require.Positive(t, st.Turns, "group %d did no work", i)
+		turns += st.Turns
+	}
+	// Two turns per instance (start, result), three when a turn's lease was
+	// lost; never fewer.
+	require.GreaterOrEqual(t, turns, int64(2*n))
+}
+
+// A dispatcher dies between fetch and ack (its connections dropped, nothing
+// released): once the lease expires another dispatcher finishes the
+// instance, with the history it would have had.
+func TestCrashBetweenFetchAndAck(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	s.start("crash", "one", "x", nil)
+
+	pool := testdb.PoolFor(t, s.pool, 2)
+	doomed := s.dispatcher(dispatcher.Config{Store: crdb.New(pool, crdb.Options{Clock: s.clock}), Loops: 1, LeaseDuration: time.Minute})
+	fetched := make(chan struct{})
+	var once sync.Once
+	doomed.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		// The process dies here: its connections go, nothing is acked or
+		// released.
+		once.Do(func() { pool.Close(); close(fetched) })
+	})
+	ctx, kill := context.WithCancel(t.Context())
+	require.NoError(t, doomed.Start(ctx))
+	<-fetched
+	kill()
+	_ = doomed.Stop(t.Context())
+	require.Zero(t, doomed.Stats().Turns, "the killed dispatcher acked nothing")
+
+	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1, LeaseDuration: time.Minute}))
+	s.worker(echo, "q")
+	// The survivor sees nothing until the dead lease expires.
+	s.clock.Advance(time.Minute + time.Millisecond)
+	in := s.waitDone("crash")
+	require.Equal(t, store.StatusCompleted, in.Status)
+	require.Equal(t, oneActivityHistory, s.history("crash", 1))
+}
+
+// Force delete while a turn is in flight: the ack fails and the instance
+// stays deleted (seed 000 §8.5).
+func TestForceDeleteDuringTurn(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	s.start("doomed", "one", "x", nil)
+	d := s.dispatcher(dispatcher.Config{Loops: 1})
+	inTurn, deleted := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		once.Do(func() { close(inTurn); <-deleted })
+	})
+	s.startDispatcher(d)
+	<-inTurn
+	res, err := s.store.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: "doomed", Force: true})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), res.InstancesDeleted)
+	close(deleted)
+
+	s.waitFor("the turn's ack to fail", func() bool { return d.Stats().LeaseLosses == 1 })
+	_, err = s.store.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "doomed"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Zero(t, d.Stats().Turns)
+	require.Zero(t, s.rows("worker_queue"), "the lost turn scheduled no activity")
+}
+
+// Deleting an instance whose timer is pending: the timer never fires
+// anything; an event raised after the delete finds no instance.
+func TestDeleteWithPendingTimer(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: sleepy
+version: 1
+steps:
+  - timer: 1h
+  - activity: { name: echo, task_queue: q }
+`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	w := s.worker(echo, "q")
+	s.start("sleepy", "sleepy", nil, nil)
+	s.waitFor("the timer to be created", func() bool { return last(s.history("sleepy", 1)) == "timer_created" })
+	_, err := s.store.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: "sleepy", Force: true})
+	require.NoError(t, err)
+
+	s.clock.Advance(2 * time.Hour)
+	s.waitFor("the timer's message to be consumed", func() bool { return s.rows("orchestrator_queue") == 0 })
+	_, err = s.store.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "sleepy"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Zero(t, s.rows("worker_queue"))
+	require.Zero(t, w.Stats().Completed)
+
+	_, err = s.store.Enqueue(t.Context(), &store.EnqueueParams{TenantID: tenant, InstanceID: "sleepy", Message: store.Message{Kind: "event_raised", Payload: []byte(`{"name":"late"}`)}})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Zero(t, s.rows("instances"))
+}
+
+// A continue-as-new chain of 100 generations: with the instance's retention
+// set to auto-prune keeping 5, only 5 executions remain; without, all 100.
+func TestContinueAsNewAutoPrune(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: counter
+version: 1
+steps:
+  - if: ${ input.n < 100 }
+    continue_as_new: { input: { n: "${ input.n + 1 }" } }
+  - return: ${ input.n }
+`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5, AutoPrune: true}})
+	s.start("kept", "counter", map[string]any{"n": 1}, nil)
+	for id, want := range map[string]int{"pruned": 5, "kept": 100} {
+		in := s.waitDone(id)
+		require.Equal(t, store.StatusCompleted, in.Status, in.Error)
+		require.Equal(t, "100", string(in.Output))
+		require.Equal(t, int64(100), in.CurrentExecutionID)
+		executions, err := s.store.ListExecutions(t.Context(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: id})
+		require.NoError(t, err)
+		require.Len(t, executions, want, id)
+		require.Equal(t, int64(100), executions[len(executions)-1].ExecutionID)
+	}
+}
+
+// A turn that cannot run ends the instance Failed with the reason, once:
+// an instance of a name nobody registered, and a child whose definition is
+// missing, whose parent learns of it.
+func TestMissingDefinitionFails(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: parent
+version: 1
+steps:
+  - id: kid
+    continue_on_error: true
+    sub_orchestration: { name: ghost, input: 1 }
+  - return: ${ steps.kid.error.message }
+`)
+	d := s.dispatcher(dispatcher.Config{})
+	s.startDispatcher(d)
+	s.start("orphan", "nobody", nil, nil)
+	in := s.waitDone("orphan")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Contains(t, in.Error, "no definition nobody")
+	require.Equal(t, []string{"execution_started", "execution_failed"}, s.history("orphan", 1))
+
+	s.start("parent", "parent", nil, nil)
+	in = s.waitDone("parent")
+	require.Equal(t, store.StatusCompleted, in.Status, in.Error)
+	require.Contains(t, string(in.Output), "no definition ghost")
+	child := s.instance("parent:1:2")
+	require.Equal(t, store.StatusFailed, child.Status)
+}
+
+// Cancelling a parent reaches its running child and the child's activity.
+func TestCancelReachesChildren(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: parent
+version: 1
+steps:
+  - sub_orchestration: { name: child, instance_id: kid }
+`, `
+name: child
+version: 1
+steps:
+  - activity: { name: forever, task_queue: q }
+`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	cancelled := make(chan struct{})
+	s.worker(func(ctx context.Context, task *store.WorkItem) (any, error) {
+		s.blocked.Add(1)
+		defer s.blocked.Add(-1)
+		<-ctx.Done()
+		close(cancelled)
+		return nil, ctx.Err()
+	}, "q")
+	s.start("parent", "parent", nil, nil)
+	s.waitFor("the child's activity to start", func() bool { return s.rows("worker_queue") == 1 && s.blocked.Load() == 1 })
+
+	kind, payload, err := engine.EncodeMessage(engine.CancelMessage{Reason: "customer asked"})
+	require.NoError(t, err)
+	_, err = s.store.Enqueue(t.Context(), &store.EnqueueParams{TenantID: tenant, InstanceID: "parent", Message: store.Message{Kind: kind, Payload: payload}})
+	require.NoError(t, err)
+	for _, id := range []string{"parent", "kid"} {
+		require.Equal(t, store.StatusCancelled, s.waitDone(id).Status, id)
+	}
+	<-cancelled
+	require.Zero(t, s.rows("worker_queue"))
+}
+
+// A drain lets the turns in flight finish and loses nothing; a drain whose
+// deadline passes abandons them, and another dispatcher finishes them.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	for _, deadline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deadline passes %v", deadline), func(t *testing.T) {
+			t.Parallel()
+			s := newSystem(t, oneActivity)
+			const n = 40
+			for i := range n {
+				s.start(fmt.Sprintf("i-%02d", i), "one", i, nil)
+			}
+			d := s.dispatcher(dispatcher.Config{Loops: 4, Batch: 4})
+			inFlight := make(chan struct{}, 4)
+			release := make(chan struct{})
+			d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+				select {
+				case inFlight <- struct{}{}:
+				default:
+				}
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			})
+			require.NoError(t, d.Start(t.Context()))
+			<-inFlight
+			stopped := make(chan error, 1)
+			stopCtx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			go func() { stopped <- d.Stop(stopCtx) }()
+			if deadline {
+				cancel()
+				require.ErrorIs(t, <-stopped, context.Canceled)
+			} else {
+				close(release)
+				require.NoError(t, <-stopped)
+				require.Positive(t, d.Stats().Turns)
+			}
+
+			// Another dispatcher finishes everything; nothing was lost or
+			// written twice.
+			s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+			s.worker(echo, "q")
+			for i := range n {
+				id := fmt.Sprintf("i-%02d", i)
+				require.Equal(t, store.StatusCompleted, s.waitDone(id).Status)
+				require.Equal(t, oneActivityHistory, s.history(id, 1), id)
+			}
+		})
+	}
+}
