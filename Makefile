@@ -3,9 +3,10 @@
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BUF         := github.com/bufbuild/buf/cmd/buf@v1.75.0
 PKGS        := ./...
 
-.PHONY: run test lint bench ci
+.PHONY: run test lint bench ci proto proto-check
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -26,3 +27,26 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=3s -timeout 30m $(PKGS)
 
 ci: lint test
+
+# API code generation (proto/). buf and its plugins run through `go run` at
+# pinned versions (buf here, the plugins in proto/buf.gen.yaml), so nothing
+# needs installing and nothing comes from the Buf Schema Registry. The
+# generated code is checked in; old generated files are removed first so a
+# deleted .proto leaves nothing behind.
+proto:
+	@for mod in google.golang.org/protobuf connectrpc.com/connect; do \
+		v=$$($(GO) list -m -f '{{.Version}}' $$mod); \
+		grep -q "$$mod/cmd/[a-z-]*@$$v\"" proto/buf.gen.yaml || \
+			{ echo "proto/buf.gen.yaml: pin the plugin of $$mod at $$v, the version in go.mod"; exit 1; }; \
+	done
+	cd proto && $(GO) run $(BUF) lint
+	find proto/orchard -name '*.pb.go' -delete
+	find proto/orchard -name '*.connect.go' -delete
+	cd proto && $(GO) run $(BUF) generate
+
+# Fails when the checked-in generated code or the .proto formatting is not
+# what `make proto` and `buf format` produce.
+proto-check: proto
+	cd proto && $(GO) run $(BUF) format --diff --exit-code
+	@changes=$$(git status --porcelain -- proto); \
+	if [ -n "$$changes" ]; then echo "make proto changed proto/ (run it and commit the result):"; echo "$$changes"; exit 1; fi
