@@ -26,7 +26,9 @@ steps:
 output: ${ steps.a.output }
 `
 
-func echo(_ context.Context, task *store.WorkItem) (any, error) { return json.RawMessage(task.Input), nil }
+func echo(_ context.Context, task *store.WorkItem) (any, error) {
+	return json.RawMessage(task.Input), nil
+}
 
 var oneActivityHistory = []string{"execution_started", "activity_scheduled", "activity_completed", "execution_completed"}
 
