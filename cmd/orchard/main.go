@@ -40,6 +40,6 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(migrateCommand(), devCommand())
+	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand())
 	return root
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+func dispatcherCommand() *cobra.Command {
+	var (
+		url, opsAddr, tenant string
+		loops, batch         int
+		lease, drain         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "dispatcher",
+		Short: "Run orchestrations: lease instances, run their turns, commit them",
+		Long: `dispatcher runs --loops concurrent fetch → turn → ack loops against the
+database at ORCHARD_DATABASE_URL. Run as many dispatcher processes as the load
+needs; they coordinate through the database only. SIGTERM drains: fetching
+stops and the turns in flight finish within --drain-timeout.
+
+/metrics (Prometheus) and /healthz are served on --ops-addr.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if url == "" {
+				return errors.New("no database: set ORCHARD_DATABASE_URL or pass --database-url")
+			}
+			ctx := cmd.Context()
+			tel, err := telemetry.Setup(ctx, "orchard-dispatcher")
+			if err != nil {
+				return err
+			}
+			defer shutdownTelemetry(tel)
+			pool, err := openPool(ctx, tel, url, int32(loops+4))
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
+			if err != nil {
+				return err
+			}
+			d, err := dispatcher.New(dispatcher.Config{
+				Store: crdb.New(pool, crdb.Options{}), Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
+				TracerProvider: tel.TracerProvider, Metrics: metrics,
+			})
+			if err != nil {
+				return err
+			}
+			stopOps, err := serveOps(tel, opsAddr, pool)
+			if err != nil {
+				return err
+			}
+			defer stopOps()
+			// The loops run on their own context: the signal starts a drain,
+			// it does not cut the turns in flight.
+			if err := d.Start(context.WithoutCancel(ctx)); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			slog.Info("draining", "timeout", drain)
+			dctx, cancel := context.WithTimeout(context.Background(), drain)
+			defer cancel()
+			return d.Stop(dctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics and /healthz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
+	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
+	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", 8), "instances per fetch and per ack (env ORCHARD_DISPATCHER_BATCH)")
+	f.DurationVar(&lease, "lease", envDuration("ORCHARD_DISPATCHER_LEASE", 30*time.Second), "instance lease duration (env ORCHARD_DISPATCHER_LEASE)")
+	f.DurationVar(&drain, "drain-timeout", envDuration("ORCHARD_DRAIN_TIMEOUT", 30*time.Second), "how long a drain waits for turns in flight (env ORCHARD_DRAIN_TIMEOUT)")
+	return cmd
+}
+
+// openPool connects to the database with traced queries.
+func openPool(ctx context.Context, tel *telemetry.Telemetry, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if cfg.MaxConns < maxConns {
+		cfg.MaxConns = maxConns
+	}
+	tel.InstrumentPool(cfg.ConnConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return pool, nil
+}
+
+// serveOps serves /metrics and /healthz (the database answers) on addr.
+func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("ops endpoint: %w", err)
+	}
+	srv := &http.Server{Handler: tel.OpsHandler(pool.Ping), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("ops endpoint stopped", "error", err)
+		}
+	}()
+	slog.Info("ops endpoint", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+func shutdownTelemetry(tel *telemetry.Telemetry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		slog.Warn("telemetry shutdown", "error", err)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testworker"
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// `orchard dispatcher` runs orchestrations against ORCHARD_DATABASE_URL,
+// serves /healthz and /metrics, and drains when its context ends (SIGTERM).
+func TestDispatcherCommand(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 8)
+	url := pool.Config().ConnString()
+	st := crdb.New(pool, crdb.Options{})
+	ctx := t.Context()
+	require.NoError(t, st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "cmd"}))
+	def, err := engine.ParseDefinition([]byte(`{"name":"one","version":"1","steps":[{"id":"a","activity":{"name":"echo","task_queue":"q","input":"${ input }"}}],"output":"${ steps.a.output }"}`))
+	require.NoError(t, err)
+	_, err = st.RegisterDefinition(ctx, &store.RegisterDefinitionParams{TenantID: "cmd", Name: "one", Version: "1", Document: def.Document()})
+	require.NoError(t, err)
+	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: json.RawMessage(`"hello"`)})
+	require.NoError(t, err)
+	_, err = st.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "cmd", InstanceID: "i", Name: "one", Version: "1",
+		Input: []byte(`"hello"`), Start: store.Message{Kind: kind, Payload: payload}})
+	require.NoError(t, err)
+	w := testworker.Start(ctx, testworker.Config{Store: st, TaskQueues: []string{"q"}, Handler: func(_ context.Context, task *store.WorkItem) (any, error) {
+		return json.RawMessage(task.Input), nil
+	}})
+	defer w.Stop()
+
+	ops := freeAddr(t)
+	cmdCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		root := rootCommand()
+		root.SetArgs([]string{"dispatcher", "--database-url", url, "--ops-addr", ops, "--loops", "2"})
+		root.SetOut(io.Discard)
+		done <- root.ExecuteContext(cmdCtx)
+	}()
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ops + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	waitUntil(t, "the instance to complete", func() bool {
+		in, err := st.GetInstance(ctx, &store.GetInstanceParams{TenantID: "cmd", InstanceID: "i"})
+		require.NoError(t, err)
+		return in.Status == store.StatusCompleted
+	})
+	code, _ := get("/healthz")
+	require.Equal(t, http.StatusOK, code)
+	code, metrics := get("/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, metrics, `orchard_dispatcher_turns_total{`)
+	require.True(t, strings.Contains(metrics, `outcome="Completed"`), metrics)
+
+	stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dispatcher did not stop")
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(5 * time.Millisecond)
+	}
+}

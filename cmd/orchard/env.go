@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"time"
+)
+
+// Flags take their defaults from ORCHARD_* environment variables, so that a
+// deployment configures the services with either.
+
+func envString(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

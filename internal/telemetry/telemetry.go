@@ -1,0 +1,94 @@
+// Package telemetry sets up what Orchard's processes report about themselves:
+// OpenTelemetry metrics exported for Prometheus, traces exported over OTLP
+// when OTEL_EXPORTER_OTLP_ENDPOINT (or its traces variant) is set, a pgx
+// tracer for database spans, and the operations endpoints /metrics and
+// /healthz.
+//
+// It must never be imported by pkg/ packages: libraries take providers as
+// parameters; only the commands decide where telemetry goes.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+)
+
+// Telemetry holds a process's providers. Setup installs them as the global
+// ones too, for libraries that only look there.
+type Telemetry struct {
+	MeterProvider  *sdkmetric.MeterProvider
+	TracerProvider *sdktrace.TracerProvider
+	registry       *prometheus.Registry
+}
+
+// Setup creates the providers for a service.
+func Setup(ctx context.Context, service string) (*Telemetry, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return nil, err
+	}
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		return nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+		traces, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdktrace.WithBatcher(traces))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
+
+	otel.SetMeterProvider(mp)
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return &Telemetry{MeterProvider: mp, TracerProvider: tp, registry: registry}, nil
+}
+
+// Shutdown flushes and stops the providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.TracerProvider.Shutdown(ctx), t.MeterProvider.Shutdown(ctx))
+}
+
+// InstrumentPool makes a pool configuration trace its queries.
+func (t *Telemetry) InstrumentPool(cfg *pgx.ConnConfig) {
+	cfg.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(t.TracerProvider))
+}
+
+// OpsHandler serves /metrics (Prometheus) and /healthz, which answers 200
+// when healthy reports no error within two seconds, 503 otherwise.
+func (t *Telemetry) OpsHandler(healthy func(ctx context.Context) error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := healthy(ctx); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
