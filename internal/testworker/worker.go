@@ -39,7 +39,8 @@ type Config struct {
 	// Heartbeat is the interval of lease renewals while a handler runs
 	// (default 20ms).
 	Heartbeat time.Duration
-	// Poll is the wait of an idle loop before it fetches again (default 2ms).
+	// Poll is the first wait of an idle loop before it fetches again; it
+	// doubles with each empty pass, up to 32 × Poll (default 1ms).
 	Poll time.Duration
 }
 
@@ -69,7 +70,7 @@ func Start(ctx context.Context, cfg Config) *Worker {
 		cfg.Heartbeat = 20 * time.Millisecond
 	}
 	if cfg.Poll == 0 {
-		cfg.Poll = 2 * time.Millisecond
+		cfg.Poll = time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Worker{cfg: cfg, cancel: cancel}
@@ -98,6 +99,7 @@ func (w *Worker) Stats() Stats {
 
 func (w *Worker) loop(ctx context.Context, n int) {
 	q := n % len(w.cfg.TaskQueues)
+	var wait time.Duration
 	for ctx.Err() == nil {
 		found := false
 		// One pass over the queues, starting from a different one each time.
@@ -113,9 +115,13 @@ func (w *Worker) loop(ctx context.Context, n int) {
 			}
 			w.busy.Add(-1)
 		}
-		if !found {
+		if found {
+			wait = 0
+		} else {
 			w.emptyPolls.Add(1)
-			t := time.NewTimer(w.cfg.Poll)
+			// Idle: wait longer after each empty pass, up to 32 × Poll.
+			wait = min(max(2*wait, w.cfg.Poll), 32*w.cfg.Poll)
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 			case <-t.C:

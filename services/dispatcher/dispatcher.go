@@ -39,7 +39,7 @@ type Config struct {
 	LeaseDuration time.Duration
 	// MinPoll and MaxPoll bound the wait of an idle loop before it fetches
 	// again; the wait doubles from MinPoll with each empty fetch (defaults
-	// 2ms and 250ms).
+	// 2ms and 100ms). A loop that fetches a full batch wakes the idle ones.
 	MinPoll, MaxPoll time.Duration
 	// TenantID restricts the dispatcher to one tenant; empty serves all
 	// tenants, in turn.
@@ -66,7 +66,7 @@ func (c *Config) withDefaults() error {
 	setDefault(&c.Batch, 8)
 	setDefault(&c.LeaseDuration, 30*time.Second)
 	setDefault(&c.MinPoll, 2*time.Millisecond)
-	setDefault(&c.MaxPoll, 250*time.Millisecond)
+	setDefault(&c.MaxPoll, 100*time.Millisecond)
 	setDefault(&c.DefinitionCacheSize, 1024)
 	setDefault(&c.PolicyTTL, 30*time.Second)
 	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll {
@@ -114,6 +114,10 @@ type Dispatcher struct {
 	abortTurns context.CancelFunc // ends turns in flight
 	loopsDone  sync.WaitGroup
 	stats      stats
+	// wake is closed, and replaced, to wake the idle loops: a loop that
+	// fetched a full batch expects more work waiting.
+	wakeMu sync.Mutex
+	wake   chan struct{}
 	// beforeAck, set by tests, runs between a batch's turns and its ack.
 	beforeAck func(ctx context.Context, items []*store.OrchestrationItem)
 }
@@ -147,6 +151,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		tracer:  cfg.TracerProvider.Tracer("github.com/orchardhq/orchard/services/dispatcher"),
 		metrics: cfg.Metrics,
 	}
+	d.wake = make(chan struct{})
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
 	d.policies = newPolicyCache(cfg.Store, cfg.Clock, cfg.PolicyTTL)
 	return d, nil
@@ -218,7 +223,7 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := 0
 	for fetchCtx.Err() == nil {
-		if wait > 0 && !sleep(fetchCtx, wait) {
+		if wait > 0 && !d.sleep(fetchCtx, wait) {
 			return
 		}
 		d.stats.busy.Add(1)
@@ -258,6 +263,9 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
 		d.metrics.emptyPolls.Add(fetchCtx, 1)
 		return errNoWork
 	}
+	if len(items) == d.cfg.Batch {
+		d.wakeIdle()
+	}
 	return d.runBatch(turnCtx, items)
 }
 
@@ -268,14 +276,27 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits for wait, or until another loop wakes the idle ones, or ctx
+// ends; false when ctx ended.
+func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) bool {
+	d.wakeMu.Lock()
+	wake := d.wake
+	d.wakeMu.Unlock()
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+	case <-wake:
 	case <-ctx.Done():
 		return false
 	}
+	return true
+}
+
+// wakeIdle wakes the loops that wait.
+func (d *Dispatcher) wakeIdle() {
+	d.wakeMu.Lock()
+	close(d.wake)
+	d.wake = make(chan struct{})
+	d.wakeMu.Unlock()
 }

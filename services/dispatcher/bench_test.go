@@ -1,0 +1,217 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testworker"
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+// benchShape is one configuration of dispatcher and worker loops.
+type benchShape struct{ loops, batch, workers int }
+
+var benchShapes = []benchShape{{2, 1, 4}, {4, 8, 8}, {8, 16, 8}, {16, 16, 16}}
+
+// bestRate is the best completion rate of BenchmarkOrchestrations in this
+// run, and its shape: the latency benchmark runs at half of it.
+var bestRate struct {
+	sync.Mutex
+	rate  float64
+	shape benchShape
+}
+
+// BenchmarkOrchestrations measures W, completions per second of a
+// one-activity orchestration: b.N instances are created, then dispatcher
+// loops and test worker loops in this process run them all to completion on
+// the throwaway server. It reports W beside T, pgbench's single-row INSERT
+// rate on the same server (x_pgbench_insert = W / T). Then, at half the best
+// W, it starts instances at a steady pace and reports the start-to-completion
+// latency (p50, p99; the store's times have millisecond resolution).
+//
+//	go test -run='^$' -bench=Orchestrations -benchtime=3000x ./services/dispatcher/
+func BenchmarkOrchestrations(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(fmt.Sprintf("loops=%d/batch=%d/workers=%d", shape.loops, shape.batch, shape.workers), func(b *testing.B) {
+			bs := newBenchSystem(b, shape)
+			b.StopTimer()
+			bs.startMany(b.N)
+			b.StartTimer()
+			start := time.Now()
+			bs.run()
+			bs.waitTurns(2 * int64(b.N))
+			elapsed := time.Since(start)
+			b.StopTimer()
+			bs.stop()
+			bs.requireCompleted(b.N)
+
+			rate := float64(b.N) / elapsed.Seconds()
+			b.ReportMetric(rate, "orchestrations/s")
+			if tps := testdb.PgbenchInsertRate(b, bs.url); tps > 0 {
+				b.ReportMetric(rate/tps, "x_pgbench_insert")
+			}
+			bestRate.Lock()
+			if rate > bestRate.rate {
+				bestRate.rate, bestRate.shape = rate, shape
+			}
+			bestRate.Unlock()
+		})
+	}
+
+	b.Run("latency_at_half_load", func(b *testing.B) {
+		bestRate.Lock()
+		rate, shape := bestRate.rate/2, bestRate.shape
+		bestRate.Unlock()
+		if rate == 0 {
+			b.Fatal("run with the throughput benchmarks first (-bench=Orchestrations)")
+		}
+		bs := newBenchSystem(b, shape)
+		bs.run()
+		b.ResetTimer()
+		interval := time.Duration(float64(time.Second) / rate)
+		next := time.Now()
+		for i := range b.N {
+			time.Sleep(time.Until(next))
+			bs.startOne(i)
+			next = next.Add(interval)
+		}
+		bs.waitTurns(2 * int64(b.N))
+		b.StopTimer()
+		bs.stop()
+		lat := bs.latencies()
+		b.ReportMetric(rate, "offered/s")
+		b.ReportMetric(percentile(lat, 0.50), "p50-ms")
+		b.ReportMetric(percentile(lat, 0.99), "p99-ms")
+	})
+}
+
+type benchSystem struct {
+	b     *testing.B
+	url   string
+	store *crdb.Store
+	shape benchShape
+	d     *dispatcher.Dispatcher
+	w     *testworker.Worker
+	start store.Message
+}
+
+func newBenchSystem(b *testing.B, shape benchShape) *benchSystem {
+	pool := testdb.Pool(b, int32(shape.loops+shape.workers+8))
+	bs := &benchSystem{b: b, url: pool.Config().ConnString(), store: crdb.New(pool, crdb.Options{}), shape: shape}
+	ctx := b.Context()
+	if err := bs.store.CreateTenant(ctx, &store.CreateTenantParams{TenantID: tenant}); err != nil {
+		b.Fatal(err)
+	}
+	def, err := engine.ParseDefinition([]byte(oneActivity))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := bs.store.RegisterDefinition(ctx, &store.RegisterDefinitionParams{TenantID: tenant, Name: "one", Version: "1", Document: def.Document()}); err != nil {
+		b.Fatal(err)
+	}
+	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: json.RawMessage(`1`)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bs.start = store.Message{Kind: kind, Payload: payload}
+	return bs
+}
+
+func (bs *benchSystem) startOne(i int) {
+	_, err := bs.store.StartOrchestration(bs.b.Context(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: fmt.Sprintf("b-%08d", i), Name: "one", Version: "1", Input: []byte(`1`), Start: bs.start,
+	})
+	if err != nil {
+		bs.b.Fatal(err)
+	}
+}
+
+// startMany creates n instances with a few concurrent starters.
+func (bs *benchSystem) startMany(n int) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := g; i < n; i += 8 {
+				bs.startOne(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (bs *benchSystem) run() {
+	d, err := dispatcher.New(dispatcher.Config{Store: bs.store, Loops: bs.shape.loops, Batch: bs.shape.batch, Logger: quiet()})
+	if err != nil {
+		bs.b.Fatal(err)
+	}
+	if err := d.Start(bs.b.Context()); err != nil {
+		bs.b.Fatal(err)
+	}
+	bs.d = d
+	bs.w = testworker.Start(bs.b.Context(), testworker.Config{Store: bs.store, TaskQueues: []string{"q"}, Loops: bs.shape.workers, Handler: echo})
+}
+
+func (bs *benchSystem) stop() {
+	bs.w.Stop()
+	_ = bs.d.Stop(context.Background())
+}
+
+// waitTurns waits until the dispatcher committed n turns (two per
+// instance: the start and the activity's result).
+func (bs *benchSystem) waitTurns(n int64) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for bs.d.Stats().Turns < n {
+		if time.Now().After(deadline) {
+			bs.b.Fatalf("only %d of %d turns after 10 minutes", bs.d.Stats().Turns, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (bs *benchSystem) requireCompleted(n int) {
+	res, err := bs.store.CountInstances(bs.b.Context(), &store.CountInstancesParams{TenantID: tenant,
+		Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusCompleted}}})
+	if err != nil {
+		bs.b.Fatal(err)
+	}
+	if res.Total != int64(n) {
+		bs.b.Fatalf("%d instances completed, want %d", res.Total, n)
+	}
+}
+
+// latencies lists every instance's start-to-completion time in ms.
+func (bs *benchSystem) latencies() []float64 {
+	var out []float64
+	p := &store.ListInstancesParams{TenantID: tenant, Limit: store.MaxListLimit}
+	for {
+		page, err := bs.store.ListInstances(bs.b.Context(), p)
+		if err != nil {
+			bs.b.Fatal(err)
+		}
+		for _, in := range page.Instances {
+			out = append(out, float64(in.CompletedAt.Sub(in.CreatedAt))/float64(time.Millisecond))
+		}
+		if page.NextCursor == "" {
+			return out
+		}
+		p.Cursor = page.NextCursor
+	}
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[min(int(p*float64(len(s))), len(s)-1)]
+}
