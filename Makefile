@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BUF         := github.com/bufbuild/buf/cmd/buf@v1.75.0
 PKGS        := ./...
 
-.PHONY: run test lint bench ci proto proto-check
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -21,10 +21,16 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
-# Benchmarks of the hot paths. The store benchmark also runs pgbench against
-# the same throwaway server, to put the numbers beside its raw insert rate.
+# Benchmarks of the hot paths. The store and dispatcher benchmarks also run
+# pgbench against the same throwaway server, to put their rates beside its
+# raw insert rate. bench-dispatcher is the end-to-end orchestration rate
+# alone (W, W / pgbench, latency at half load).
 bench:
-	$(GO) test -run='^$$' -bench=. -benchtime=3s -timeout 30m $(PKGS)
+	$(GO) test -run='^$$' -bench=. -benchtime=3s -timeout 30m $$($(GO) list ./... | grep -v services/dispatcher)
+	$(MAKE) bench-dispatcher
+
+bench-dispatcher:
+	$(GO) test -run='^$$' -bench=Orchestrations -benchtime=3000x -timeout 30m ./services/dispatcher/
 
 ci: lint test
 
