@@ -312,3 +312,27 @@ func TestDrain(t *testing.T) {
 		})
 	}
 }
+
+// A turn that fails (here a child id an expression left empty) ends its own
+// execution Failed and does not hold up the turns batched with it.
+func TestUnstorableDecisionFailsItsInstanceOnly(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity, `
+name: bad
+version: 1
+steps:
+  - sub_orchestration: { name: one, instance_id: "${ input.id }" }
+`)
+	for i := range 6 {
+		s.start(fmt.Sprintf("good-%d", i), "one", i, nil)
+	}
+	s.start("bad", "bad", map[string]any{"id": ""}, nil)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1, Batch: 16}))
+	s.worker(echo, "q")
+	in := s.waitDone("bad")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Contains(t, in.Error, "is not an instance id")
+	for i := range 6 {
+		require.Equal(t, store.StatusCompleted, s.waitDone(fmt.Sprintf("good-%d", i)).Status)
+	}
+}

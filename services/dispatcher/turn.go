@@ -20,6 +20,7 @@ import (
 // runningTurn is a turn between its fetch and its ack.
 type runningTurn struct {
 	item  *store.OrchestrationItem
+	in    engine.TurnInput
 	ack   *store.AckOrchestrationItemParams
 	span  trace.Span
 	start time.Time
@@ -44,7 +45,8 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 			attribute.Int64("orchard.execution", it.Instance.CurrentExecutionID),
 			attribute.Int("orchard.messages", len(it.Messages)),
 		))
-		ack, err := d.turn(ctx, it)
+		ack, in, err := d.turn(ctx, it)
+		t.in = in
 		if err != nil {
 			d.endTurn(ctx, t, "abandoned", err)
 			d.abandon(ctx, it, backoff(1))
@@ -66,6 +68,12 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 		params.Turns[i] = t.ack
 	}
 	results, err := d.cfg.Store.AckOrchestrationItems(ctx, params)
+	if errors.Is(err, store.ErrInvalidArgument) {
+		// A decision the store cannot take (a child id an expression left
+		// empty, say) must not sink the batch, nor loop: ack the turns one
+		// by one, and end the execution of a turn refused on its own.
+		results, err = d.ackOneByOne(ctx, turns), nil
+	}
 	if err != nil {
 		for _, t := range turns {
 			d.endTurn(ctx, t, "abandoned", err)
@@ -94,6 +102,30 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 		}
 	}
 	return nil
+}
+
+// ackOneByOne acks each turn in its own transaction; a turn whose ack is
+// refused as invalid is replaced by one that fails its execution with the
+// reason.
+func (d *Dispatcher) ackOneByOne(ctx context.Context, turns []*runningTurn) []error {
+	results := make([]error, len(turns))
+	for i, t := range turns {
+		err := d.cfg.Store.AckOrchestrationItem(ctx, t.ack)
+		if errors.Is(err, store.ErrInvalidArgument) {
+			reason := fmt.Sprintf("the turn's decision cannot be stored: %v", err)
+			d.log.Error("execution cannot go on; it ends failed", "tenant", t.item.Lease.TenantID, "instance", t.item.Lease.InstanceID, "reason", reason)
+			ack := &store.AckOrchestrationItemParams{Lease: t.ack.Lease, ExecutionID: t.ack.ExecutionID, MessageIDs: t.ack.MessageIDs}
+			inst := &t.item.Instance
+			if dec, ferr := engine.Fail(t.in, inst.Name, inst.Version, engine.Failure{Kind: "internal", Message: reason}); ferr == nil && d.applyDecision(ctx, ack, t.item, dec) == nil {
+				t.ack = ack
+			} else {
+				t.ack, _ = d.failUnreadable(ack, len(t.item.History), reason, d.log)
+			}
+			err = d.cfg.Store.AckOrchestrationItem(ctx, t.ack)
+		}
+		results[i] = err
+	}
+	return results
 }
 
 // endTurn records a turn's outcome in its span and the metrics.
@@ -178,13 +210,17 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, items []*store.Orche
 // commits its decision. An error is transient (the definition could not be
 // read): the instance is abandoned and tried again. Everything else that
 // goes wrong ends the execution Failed, so no instance loops forever.
-func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*store.AckOrchestrationItemParams, error) {
+func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*store.AckOrchestrationItemParams, engine.TurnInput, error) {
 	inst := &it.Instance
 	exec := inst.CurrentExecutionID
 	log := d.log.With("tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "execution", exec)
 	ack := &store.AckOrchestrationItemParams{Lease: it.Lease, ExecutionID: exec}
 
 	in := engine.TurnInput{InstanceID: inst.InstanceID, ExecutionID: exec, Now: d.cfg.Clock.Now()}
+	fail := func(reason string) (*store.AckOrchestrationItemParams, engine.TurnInput, error) {
+		a, err := d.failUnreadable(ack, len(it.History), reason, log)
+		return a, in, err
+	}
 	for _, m := range it.Messages {
 		ack.MessageIDs = append(ack.MessageIDs, m.ID)
 		if m.ExecutionID != 0 && m.ExecutionID != exec {
@@ -203,7 +239,7 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 		e, err := engine.DecodeEvent(h.EventID, h.Kind, h.Payload)
 		if err != nil {
 			// The history cannot be replayed: end the execution where it is.
-			return d.failUnreadable(ack, len(it.History), fmt.Sprintf("history event %d cannot be read: %v", h.EventID, err), log)
+			return fail(fmt.Sprintf("history event %d cannot be read: %v", h.EventID, err))
 		}
 		in.History[i] = e
 	}
@@ -214,30 +250,30 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 	case errors.Is(err, store.ErrNotFound):
 		f := engine.Failure{Kind: "definition_missing", Message: fmt.Sprintf("no definition %s version %q is registered", inst.Name, inst.Version)}
 		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
-			return d.failUnreadable(ack, len(it.History), f.Message, log)
+			return fail(f.Message)
 		}
 	case errors.Is(err, errInvalidDefinition):
 		f := engine.Failure{Kind: "definition_invalid", Message: err.Error()}
 		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
-			return d.failUnreadable(ack, len(it.History), f.Message, log)
+			return fail(f.Message)
 		}
 	case err != nil:
-		return nil, err
+		return nil, in, err
 	default:
 		if decision, err = engine.Turn(def, in); err != nil {
 			f := engine.Failure{Kind: "internal", Message: err.Error()}
 			if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
-				return d.failUnreadable(ack, len(it.History), f.Message, log)
+				return fail(f.Message)
 			}
 		}
 	}
 	if err := d.applyDecision(ctx, ack, it, decision); err != nil {
-		return nil, err
+		return nil, in, err
 	}
 	if ack.Status == store.StatusFailed {
 		log.Info("execution failed", "error", ack.Error)
 	}
-	return ack, nil
+	return ack, in, nil
 }
 
 // failUnreadable ends an execution whose history or start cannot be read: the
