@@ -186,9 +186,14 @@ steps:
 		require.Equal(t, store.StatusCompleted, in.Status, in.Error)
 		require.Equal(t, "100", string(in.Output))
 		require.Equal(t, int64(100), in.CurrentExecutionID)
-		executions, err := s.store.ListExecutions(t.Context(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: id})
-		require.NoError(t, err)
-		require.Len(t, executions, want, id)
+		// The prune runs right after the ack that ends the chain.
+		var executions []store.Execution
+		s.waitFor(fmt.Sprintf("%s to keep %d executions", id, want), func() bool {
+			var err error
+			executions, err = s.store.ListExecutions(t.Context(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: id})
+			require.NoError(t, err)
+			return len(executions) == want
+		})
 		require.Equal(t, int64(100), executions[len(executions)-1].ExecutionID)
 	}
 }

@@ -96,7 +96,9 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 		default:
 			d.stats.turns.Add(1)
 			d.endTurn(ctx, t, string(t.ack.Status), nil)
-			if t.ack.Status == store.StatusContinuedAsNew {
+			// At each continue-as-new, and when a chain ends (which also
+			// catches up a prune that failed on the way).
+			if t.ack.Status == store.StatusContinuedAsNew || (t.ack.Status.Terminal() && t.ack.ExecutionID > 1) {
 				d.autoPrune(ctx, it)
 			}
 		}
@@ -404,10 +406,10 @@ func (d *Dispatcher) childStart(ctx context.Context, tenant, parent string, exec
 	}, nil
 }
 
-// autoPrune applies the retention that governs a continue-as-new chain right
-// after a new execution began, when it asks for it: keep the last N. It
-// runs after the ack, in the store's bounded prune; a failure is logged and
-// left to the next continue-as-new or the janitor.
+// autoPrune applies the retention that governs a continue-as-new chain, when
+// it asks for it: keep the last N. It runs after the ack, in the store's
+// bounded prune; a failure is logged and left to the next continue-as-new,
+// the chain's end, or the janitor.
 func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) {
 	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
 	r, err := d.policies.retention(ctx, tenant, it.Instance.Name, id)
