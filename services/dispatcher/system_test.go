@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,15 +56,11 @@ func newSystem(t *testing.T, docs ...string) *system {
 
 // examples are the engine's example definitions.
 func examples(t *testing.T) []string {
-	files, err := filepath.Glob(filepath.Join("..", "..", "pkg", "engine", "examples", "*.yaml"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
 	var docs []string
-	for _, f := range files {
-		doc, err := os.ReadFile(f)
-		require.NoError(t, err)
+	for _, doc := range engine.Examples() {
 		docs = append(docs, string(doc))
 	}
+	require.Len(t, docs, 4)
 	return docs
 }
 
