@@ -1,88 +1,272 @@
 package main
 
 import (
+	"context"
+	"crypto"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/schema"
+	"github.com/orchardhq/orchard/services/api"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+// The dev server's token issuer and audience.
+const (
+	devIssuer   = "orchard-dev"
+	devAudience = "orchard"
+	devTenant   = "demo"
 )
 
 func devCommand() *cobra.Command {
 	var (
-		dir   string
-		port  int
-		fresh bool
+		dir, addr, opsAddr string
+		port, loops        int
+		fresh, demo        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run Orchard on an embedded database, for development",
+		Short: "Run all of Orchard in one process on an embedded database, for development",
 		Long: `dev starts an embedded database (a cockroach binary on PATH as a single
 in-memory node; otherwise a PostgreSQL cluster from the machine's binaries,
-kept in --dir so data survives a restart), migrates it and creates the demo
-tenant. Ctrl-C stops everything, the database included.`,
+kept in --dir so data survives a restart; --fresh wipes it), migrates it,
+creates the demo tenant, and runs the API and the dispatchers in this
+process. It prints tokens for the demo tenant (also written to --dir/tokens)
+and a curl line that works. With --demo it also registers the example
+definitions, runs workers for their activities and starts one orchestration
+of each. Ctrl-C stops everything, the database included.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			out := cmd.OutOrStdout()
-			var srv *testdb.Server
-			var err error
-			if bin, lookErr := exec.LookPath("cockroach"); lookErr == nil {
-				fmt.Fprintln(out, "starting CockroachDB (in memory) from", bin)
-				srv, err = testdb.StartCockroach(bin)
-			} else {
-				if fresh {
-					if err := os.RemoveAll(dir); err != nil {
-						return err
-					}
-				}
-				abs, _ := filepath.Abs(dir)
-				fmt.Fprintln(out, "starting PostgreSQL in", abs)
-				srv, err = testdb.StartPostgres(ctx, testdb.PostgresOptions{Dir: dir, Port: port, Durable: true})
-			}
-			if err != nil {
-				return fmt.Errorf("embedded database: %w", err)
-			}
-			defer srv.Stop()
-
-			conn, err := pgx.Connect(ctx, srv.URL)
-			if err != nil {
-				return err
-			}
-			applied, err := schema.Migrate(ctx, conn)
-			conn.Close(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "migrated (%d new migrations)\n", len(applied))
-
-			pool, err := pgxpool.New(ctx, srv.URL)
-			if err != nil {
-				return err
-			}
-			st := crdb.New(pool, crdb.Options{})
-			defer st.Close()
-			if err := st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "demo"}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
-				return err
-			}
-			fmt.Fprintln(out, "tenant: demo")
-			fmt.Fprintln(out, "database:", srv.URL)
-			fmt.Fprintln(out, "started: embedded database (the API and dispatchers join in later releases); Ctrl-C to stop")
-			<-ctx.Done()
-			fmt.Fprintln(out, "stopping")
-			return nil
+			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{dir: dir, addr: addr, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo})
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", ".orchard/dev", "where the embedded PostgreSQL keeps its data")
-	cmd.Flags().IntVar(&port, "db-port", 0, "port of the embedded database (0: a free one)")
-	cmd.Flags().BoolVar(&fresh, "fresh", false, "wipe the embedded database first")
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", ".orchard/dev", "where the embedded PostgreSQL keeps its data, and the dev keys and tokens")
+	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address of the API")
+	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9090", "address of /metrics and /healthz (empty: none)")
+	f.IntVar(&port, "db-port", 0, "port of the embedded database (0: a free one)")
+	f.IntVar(&loops, "loops", 4, "dispatcher loops")
+	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")
+	f.BoolVar(&demo, "demo", false, "register the example definitions, run demo workers and start a few orchestrations")
 	return cmd
+}
+
+type devOptions struct {
+	dir, addr, opsAddr string
+	port, loops        int
+	fresh, demo        bool
+}
+
+func runDev(ctx context.Context, out io.Writer, o devOptions) error {
+	if o.fresh {
+		if err := os.RemoveAll(o.dir); err != nil {
+			return err
+		}
+	}
+	// Readable by others: the database may run as another user (postgres, when we are root).
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
+	}
+	var srv *testdb.Server
+	var err error
+	if bin, lookErr := exec.LookPath("cockroach"); lookErr == nil {
+		fmt.Fprintln(out, "starting CockroachDB (in memory) from", bin)
+		srv, err = testdb.StartCockroach(bin)
+	} else {
+		abs, _ := filepath.Abs(o.dir)
+		fmt.Fprintln(out, "starting PostgreSQL in", abs)
+		srv, err = testdb.StartPostgres(ctx, testdb.PostgresOptions{Dir: filepath.Join(o.dir, "db"), Port: o.port, Durable: true})
+	}
+	if err != nil {
+		return fmt.Errorf("embedded database: %w", err)
+	}
+	defer srv.Stop()
+
+	conn, err := pgx.Connect(ctx, srv.URL)
+	if err != nil {
+		return err
+	}
+	applied, err := schema.Migrate(ctx, conn)
+	conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "migrated (%d new migrations)\n", len(applied))
+
+	tel, err := telemetry.Setup(ctx, "orchard-dev")
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(tel)
+	pool, err := openPool(ctx, tel, srv.URL, int32(o.loops+16))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	secret, err := devSecret(o.dir)
+	if err != nil {
+		return err
+	}
+	st := crdb.New(pool, crdb.Options{CursorKey: deriveKey(secret, "store-cursors")})
+	if err := st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: devTenant}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
+		return err
+	}
+
+	minter, verifier, err := devKeys(ctx, o.dir)
+	if err != nil {
+		return err
+	}
+	apiSrv, err := api.New(api.Config{
+		Store: st, Verifier: verifier, Minter: minter, Addr: o.addr, TokenKey: deriveKey(secret, "api-tokens"),
+		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+	})
+	if err != nil {
+		return err
+	}
+	if err := apiSrv.Start(ctx); err != nil {
+		return err
+	}
+	metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		return err
+	}
+	disp, err := dispatcher.New(dispatcher.Config{Store: st, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	if err := disp.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	// Stopped before the pool closes, whichever way this returns.
+	var stopOnce sync.Once
+	var stopErr error
+	stopServices := func() error {
+		stopOnce.Do(func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stopErr = errors.Join(apiSrv.Stop(stopCtx), disp.Stop(stopCtx))
+		})
+		return stopErr
+	}
+	defer stopServices()
+	stopOps, err := serveOps(tel, o.opsAddr, pool)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+
+	tokens, err := devTokens(minter, o.dir)
+	if err != nil {
+		return err
+	}
+	base := "http://" + apiSrv.Addr()
+	fmt.Fprintf(out, "tenant: %s\ndatabase: %s\napi: %s\n", devTenant, srv.URL, base)
+	for _, t := range tokens {
+		fmt.Fprintf(out, "%s token: %s\n", t.name, t.token)
+	}
+	fmt.Fprintf(out, "tokens are also in %s (export ORCHARD_TOKEN=$(cat %s))\n",
+		filepath.Join(o.dir, "tokens"), filepath.Join(o.dir, "tokens", "client"))
+	fmt.Fprintf(out, "try: curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{}' %s/orchard.v1.ClientService/CountInstances\n",
+		tokens[0].token, base)
+	if o.demo {
+		stopDemo, err := startDemo(ctx, out, base, tokens[0].token, tokens[1].token, tokens[2].token)
+		if err != nil {
+			return err
+		}
+		defer stopDemo()
+	}
+	fmt.Fprintln(out, "ready; Ctrl-C to stop")
+
+	<-ctx.Done()
+	fmt.Fprintln(out, "stopping")
+	return stopServices()
+}
+
+// devSecret is the dev server's secret for page and task tokens, kept in
+// dir so that tokens survive a restart.
+func devSecret(dir string) (string, error) {
+	path := filepath.Join(dir, "secret")
+	if b, err := os.ReadFile(path); err == nil {
+		return string(b), nil
+	}
+	priv, _, err := tenancy.GenerateKeyPairPEM()
+	if err != nil {
+		return "", err
+	}
+	sum := deriveKey(string(priv), "dev-secret")
+	secret := fmt.Sprintf("%x", sum)
+	return secret, os.WriteFile(path, []byte(secret), 0o600)
+}
+
+// devKeys loads the dev signing key from dir, or makes one, and returns a
+// minter and a verifier for it.
+func devKeys(ctx context.Context, dir string) (*tenancy.Minter, *tenancy.Verifier, error) {
+	path := filepath.Join(dir, "signing-key.pem")
+	privPEM, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if privPEM, _, err = tenancy.GenerateKeyPairPEM(); err != nil {
+			return nil, nil, err
+		}
+		err = os.WriteFile(path, privPEM, 0o600)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := tenancy.ParsePrivateKeyPEM(privPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: key, Issuer: devIssuer, Audience: devAudience, MaxTTL: 365 * 24 * time.Hour})
+	if err != nil {
+		return nil, nil, err
+	}
+	verifier, err := tenancy.NewVerifier(ctx, tenancy.VerifierConfig{Issuer: devIssuer, Audience: devAudience, PublicKeys: []crypto.PublicKey{minter.PublicKey()}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return minter, verifier, nil
+}
+
+type devToken struct{ name, token string }
+
+// devTokens mints the demo tenant's tokens (30 days) and writes each to
+// dir/tokens/<name>.
+func devTokens(m *tenancy.Minter, dir string) ([]devToken, error) {
+	kinds := []struct {
+		name   string
+		claims tenancy.Claims
+	}{
+		{"client", tenancy.Claims{Tenant: devTenant, Subject: "dev-client", Roles: []tenancy.Role{tenancy.RoleClient}}},
+		{"worker", tenancy.Claims{Tenant: devTenant, Subject: "dev-worker", Roles: []tenancy.Role{tenancy.RoleWorker}}},
+		{"tenant-admin", tenancy.Claims{Tenant: devTenant, Subject: "dev-tenant-admin", Roles: []tenancy.Role{tenancy.RoleTenantAdmin, tenancy.RoleClient}}},
+		{"admin", tenancy.Claims{Subject: "dev-admin", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}}},
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tokens"), 0o700); err != nil {
+		return nil, err
+	}
+	var out []devToken
+	for _, k := range kinds {
+		tok, err := m.Mint(k.claims, 30*24*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tokens", k.name), []byte(tok), 0o600); err != nil {
+			return nil, err
+		}
+		out = append(out, devToken{k.name, tok})
+	}
+	return out, nil
 }

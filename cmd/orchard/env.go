@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -10,7 +11,7 @@ import (
 // deployment configures the services with either.
 
 func envString(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
+	if v := os.Getenv(name); v != "" {
 		return v
 	}
 	return def
@@ -28,4 +29,11 @@ func envDuration(name string, def time.Duration) time.Duration {
 		return v
 	}
 	return def
+}
+
+func envList(name string) []string {
+	if v := os.Getenv(name); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
 }

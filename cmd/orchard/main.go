@@ -40,6 +40,8 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand())
+	addClientFlags(root.PersistentFlags())
+	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand())
+	root.AddCommand(clientCommands()...)
 	return root
 }

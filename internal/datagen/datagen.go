@@ -1,12 +1,13 @@
 // Package datagen fills Orchard's tables with synthetic data, fast: tenants,
-// instances, their executions and history, and the instance_locks row every
-// instance has. It is for the management benchmarks (pkg/store/crdb) and the
+// instances, their executions and history, and the instance_locks row and
+// instance_tags rows every instance has. It is for the management benchmarks (pkg/store/crdb) and the
 // load test, which need a tenant of a million instances and ten million
 // history events in minutes, far beyond what driving the runtime protocol
 // (start, fetch, ack) could produce in that time.
 //
 // Rows go in with COPY (pgx CopyFrom), a chunk of instances at a time, several
-// chunks at once. They are what the store itself would have written: an
+// chunks at once; the status counters (instance_counts) get the generated
+// instances at the end. They are what the store itself would have written: an
 // instance carries the status and completion time of its current (last)
 // execution, its execution and event counters match the executions and
 // history rows, earlier executions ended with continue-as-new, history is
@@ -27,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,12 +90,14 @@ type Spec struct {
 
 // Result counts the rows written.
 type Result struct {
-	Tenants, Instances, Executions, Events, Locks int64
-	Elapsed                                       time.Duration
+	Tenants, Instances, Executions, Events, Locks, Tags int64
+	Elapsed                                             time.Duration
 }
 
 // Rows is the number of rows written.
-func (r Result) Rows() int64 { return r.Tenants + r.Instances + r.Executions + r.Events + r.Locks }
+func (r Result) Rows() int64 {
+	return r.Tenants + r.Instances + r.Executions + r.Events + r.Locks + r.Tags
+}
 
 // RowsPerSecond is the write rate.
 func (r Result) RowsPerSecond() float64 {
@@ -194,6 +198,8 @@ func Generate(ctx context.Context, pool *pgxpool.Pool, spec Spec) (Result, error
 					res.Events += n
 				case "instance_locks":
 					res.Locks += n
+				case "instance_tags":
+					res.Tags += n
 				}
 				mu.Unlock()
 			}
@@ -201,12 +207,14 @@ func Generate(ctx context.Context, pool *pgxpool.Pool, spec Spec) (Result, error
 	}
 	// Instances first in each chunk (nothing checks it, but a reader
 	// watching the load never sees history without its instance for long).
+	var gens []*gen
 feed:
 	for _, t := range spec.Tenants {
 		g := newGen(&spec, t)
+		gens = append(gens, g)
 		for lo := 0; lo < spec.InstancesPerTenant; lo += spec.ChunkSize {
 			hi := min(lo+spec.ChunkSize, spec.InstancesPerTenant)
-			for _, table := range []string{"instances", "instance_locks", "executions", "history"} {
+			for _, table := range []string{"instances", "instance_locks", "instance_tags", "executions", "history"} {
 				select {
 				case jobs <- job{g: g, table: table, lo: lo, hi: hi}:
 				case <-ctx.Done():
@@ -217,18 +225,43 @@ feed:
 	}
 	close(jobs)
 	wg.Wait()
-	res.Elapsed = time.Since(start)
 	if firstErr == nil {
 		firstErr = ctx.Err()
 	}
+	if firstErr == nil {
+		firstErr = addCounts(ctx, pool, gens)
+	}
+	res.Elapsed = time.Since(start)
 	return res, firstErr
+}
+
+// addCounts adds the generated instances to the status counters the store
+// maintains (instance_counts), as its own writes would have.
+func addCounts(ctx context.Context, pool *pgxpool.Pool, gens []*gen) error {
+	var tenants, statuses []string
+	var counts []int64
+	for _, g := range gens {
+		for i, st := range countedStatuses {
+			if n := g.counts[i].Load(); n > 0 {
+				tenants, statuses, counts = append(tenants, g.tenant), append(statuses, st), append(counts, n)
+			}
+		}
+	}
+	_, err := pool.Exec(ctx, `
+INSERT INTO instance_counts (tenant_id, status, shard, n)
+SELECT tenant_id, status, 0, n FROM unnest($1::TEXT[], $2::TEXT[], $3::INT8[]) AS c (tenant_id, status, n)
+ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n`, tenants, statuses, counts)
+	if err != nil {
+		return fmt.Errorf("datagen: count instances: %w", err)
+	}
+	return nil
 }
 
 // Analyze refreshes the planner's statistics of the generated tables, as
 // the database would on its own some time after a bulk load. (On
 // PostgreSQL, a VACUUM also sets the visibility map for index-only scans.)
 func Analyze(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks"} {
+	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks", "instance_tags", "instance_counts"} {
 		if _, err := pool.Exec(ctx, "ANALYZE "+t); err != nil {
 			return fmt.Errorf("datagen: analyze %s: %w", t, err)
 		}
@@ -243,7 +276,12 @@ type gen struct {
 	seed    uint64
 	tagKeys []string
 	payload []byte
+	// counts of the instances written, by status (countedStatuses).
+	counts [len(countedStatuses)]atomic.Int64
 }
+
+// countedStatuses are the statuses an instance can have.
+var countedStatuses = [...]string{Running, Completed, Failed, Cancelled}
 
 func newGen(spec *Spec, tenant string) *gen {
 	h := fnv.New64a()
@@ -434,6 +472,7 @@ var columns = map[string][]string{
 		"parent_instance_id", "root_instance_id", "created_at", "updated_at", "input", "tags",
 		"execution_count", "event_count", "deleting"},
 	"instance_locks": {"tenant_id", "instance_id", "lock_token", "locked_until"},
+	"instance_tags":  {"tenant_id", "instance_id", "tag_key", "tag_value", "created_at"},
 	"executions": {"tenant_id", "instance_id", "execution_id", "status", "input", "output", "error",
 		"started_at", "completed_at", "event_count", "deleting"},
 	"history": {"tenant_id", "instance_id", "execution_id", "event_id", "kind", "payload", "created_at"},
@@ -480,11 +519,19 @@ func (g *gen) rows(table string, in *Instance, nev int, buf [][]any) [][]any {
 		if in.ParentID != "" {
 			parent = in.ParentID
 		}
+		g.counts[slices.Index(countedStatuses[:], in.Status)].Add(1)
 		return append(buf, []any{t, in.ID, in.Name, "1", int64(len(in.Executions)), in.Status, nullMillis(in.CompletedAt),
 			parent, in.RootID, in.CreatedAt, in.UpdatedAt, g.payload, in.tagsJSON(),
 			int64(len(in.Executions)), int64(len(in.Executions) * nev), false})
 	case "instance_locks":
 		return append(buf, []any{t, in.ID, in.lockToken, int64(0)})
+	case "instance_tags":
+		for _, k := range g.tagKeys {
+			if v, ok := in.Tags[k]; ok {
+				buf = append(buf, []any{t, in.ID, k, v, in.CreatedAt})
+			}
+		}
+		return buf
 	case "executions":
 		for _, e := range in.Executions {
 			var output, errText any

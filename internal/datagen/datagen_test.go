@@ -37,7 +37,7 @@ func TestGenerate(t *testing.T) {
 	}
 	res, err := datagen.Generate(ctx, pool, spec)
 	require.NoError(t, err)
-	require.Equal(t, datagen.Result{Tenants: 2, Instances: 3000, Executions: 9000, Events: 36000, Locks: 3000, Elapsed: res.Elapsed}, res)
+	require.Equal(t, datagen.Result{Tenants: 2, Instances: 3000, Executions: 9000, Events: 36000, Locks: 3000, Tags: 6000, Elapsed: res.Elapsed}, res)
 
 	count := func(sql string, args ...any) int64 {
 		t.Helper()
@@ -50,6 +50,15 @@ func TestGenerate(t *testing.T) {
 	require.EqualValues(t, 36000, count(`SELECT count(*) FROM history`))
 	require.EqualValues(t, 3000, count(`SELECT count(*) FROM instance_locks l JOIN instances i USING (tenant_id, instance_id)
 		WHERE l.locked_until = 0`))
+
+	// Tag rows and status counters match the instances.
+	require.Zero(t, count(`SELECT count(*) FROM instances i, jsonb_each_text(i.tags) AS t (key, value)
+		WHERE NOT EXISTS (SELECT 1 FROM instance_tags g WHERE g.tenant_id = i.tenant_id AND g.instance_id = i.instance_id
+			AND g.tag_key = t.key AND g.tag_value = t.value AND g.created_at = i.created_at)`))
+	require.Zero(t, count(`SELECT count(*) FROM (
+		SELECT tenant_id, status, count(*) AS n FROM instances GROUP BY tenant_id, status) i
+		FULL JOIN (SELECT tenant_id, status, sum(n) AS n FROM instance_counts GROUP BY tenant_id, status) c USING (tenant_id, status)
+		WHERE i.n IS DISTINCT FROM c.n`))
 
 	// Instance counters and denormalised columns match their rows.
 	require.Zero(t, count(`SELECT count(*) FROM instances i WHERE i.deleting
@@ -114,4 +123,8 @@ func TestGenerate(t *testing.T) {
 	require.EqualValues(t, deleted.ExecutionsDeleted*4, deleted.EventsDeleted)
 	require.EqualValues(t, 1500-deleted.InstancesDeleted, count(`SELECT count(*) FROM instances WHERE tenant_id = 'b'`))
 	require.EqualValues(t, 1500-deleted.InstancesDeleted, count(`SELECT count(*) FROM instance_locks WHERE tenant_id = 'b'`))
+	require.EqualValues(t, 2*(1500-deleted.InstancesDeleted), count(`SELECT count(*) FROM instance_tags WHERE tenant_id = 'b'`))
+	counts, err = s.CountInstances(ctx, &store.CountInstancesParams{TenantID: "b"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1500-deleted.InstancesDeleted, counts.Total)
 }

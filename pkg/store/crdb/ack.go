@@ -325,6 +325,12 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 	SELECT $1, 'Running', $17, count(*) FROM created HAVING count(*) > 0
 	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
 	RETURNING 1
+), tagged AS (
+	INSERT INTO instance_tags (tenant_id, instance_id, tag_key, tag_value, created_at)
+	SELECT $1, c.instance_id, t.key, t.value, $2 FROM c, jsonb_each_text(c.tags::JSONB) AS t (key, value)
+	WHERE c.instance_id IN (SELECT instance_id FROM created)
+	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE SET tag_value = excluded.tag_value, created_at = excluded.created_at
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, c.instance_id, 1, c.start_kind, c.start_payload, $2, $2 FROM c

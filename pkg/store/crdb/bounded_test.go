@@ -47,6 +47,20 @@ func fabricateTree(t *testing.T, s *Store, root string, n, events int) {
 	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
 		SELECT 'acme', i.instance_id, 1, g, 'e', 1 FROM instances i, generate_series(1, $2::INT8) AS g
 		WHERE i.root_instance_id = $1`, root, events)
+	// Rows written behind the store's back: count them.
+	require.NoError(t, s.RecountInstances(t.Context(), "acme"))
+}
+
+// requireCountsExact checks that the status counters of acme agree with
+// the instances they count: those not hidden by an interrupted delete.
+func requireCountsExact(t *testing.T, s *Store) {
+	t.Helper()
+	counts, err := s.CountInstances(t.Context(), &store.CountInstancesParams{TenantID: "acme"})
+	require.NoError(t, err)
+	require.Equal(t, count(t, s, `SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND NOT deleting`), counts.Total)
+	for st, n := range counts.ByStatus {
+		require.Equal(t, count(t, s, `SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND NOT deleting AND status = $1`, string(st)), n, st)
+	}
 }
 
 func count(t *testing.T, s *Store, sql string, args ...any) int64 {
@@ -129,6 +143,7 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 		SELECT 'acme', 'big:7', 1, g, 'e', 1 FROM generate_series(5, 2000) AS g`)
 	exec(t, s, `UPDATE instances SET event_count = 2000 WHERE instance_id = 'big:7'`)
 	exec(t, s, `UPDATE executions SET event_count = 2000 WHERE instance_id = 'big:7'`)
+	requireCountsExact(t, s)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	s.onPurge = func(rows int64) {
@@ -146,6 +161,7 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 	// What is visible is whole: each visible instance has all its history.
 	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE NOT i.deleting AND i.event_count <>
 		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`))
+	requireCountsExact(t, s)
 
 	s.onPurge = func(rows int64) { *txs = append(*txs, rows) }
 	_, err = s.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "big"})
@@ -154,6 +170,7 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 	for _, table := range []string{"instances", "executions", "history"} {
 		require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), table)
 	}
+	requireCountsExact(t, s)
 }
 
 func TestPruneLongChainInBoundedTransactions(t *testing.T) {

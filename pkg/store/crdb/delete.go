@@ -10,8 +10,9 @@ import (
 )
 
 // deleteRows removes instances with everything they own (history,
-// executions, queue rows, lease) in one statement that touches each table
-// once, and returns the counts. The caller has checked that no orphan is left.
+// executions, queue rows, lease, tags) in one statement that touches each table
+// once, takes the visible ones off the status counters, and returns the
+// counts. The caller has checked that no orphan is left.
 func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, ids []string) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows int64
@@ -26,11 +27,18 @@ WITH h AS (
 	DELETE FROM worker_queue WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
 ), l AS (
 	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), tg AS (
+	DELETE FROM instance_tags WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
 ), i AS (
-	DELETE FROM instances WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+	DELETE FROM instances WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING status, deleting
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT $1, status, $3, -count(*) FROM i WHERE NOT deleting GROUP BY status ORDER BY status
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
 )
 SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM h),
-	(SELECT count(*) FROM oq), (SELECT count(*) FROM wq)`, tenantID, ids).
+	(SELECT count(*) FROM oq), (SELECT count(*) FROM wq)`, tenantID, ids, countShard()).
 		Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
 	r.QueueMessagesDeleted = orchestratorRows + workerRows
 	return r, err
@@ -191,8 +199,8 @@ func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, node
 
 // deleteInstancePiece removes up to MaxRowsPerTransaction rows of one
 // instance too big to delete at once. The instance is hidden first: reads
-// no longer see it, fetches treat its messages as zombies, its lease is
-// gone; its id stays taken until the last piece.
+// no longer see it (nor count it), fetches treat its messages as zombies,
+// its lease is gone; its id stays taken until the last piece.
 func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, instanceID string) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows, leases int64
@@ -202,7 +210,12 @@ func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, in
 	// instance is visible, because it is not visible any more.
 	err := tx.QueryRow(ctx, `
 WITH hide AS (
-	UPDATE instances SET deleting = true WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting RETURNING 1
+	UPDATE instances SET deleting = true WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting RETURNING status
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT $1, status, $4, -1 FROM hide
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
 ), l AS (
 	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2 RETURNING 1
 ), oq AS (
@@ -215,7 +228,7 @@ WITH hide AS (
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM oq), (SELECT count(*) FROM wq), (SELECT count(*) FROM l)`,
-		tenantID, instanceID, budget/2).Scan(&orchestratorRows, &workerRows, &leases)
+		tenantID, instanceID, budget/2, countShard()).Scan(&orchestratorRows, &workerRows, &leases)
 	if err != nil {
 		return r, err
 	}

@@ -6,9 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -17,6 +19,10 @@ import (
 type query struct {
 	conds []string
 	args  []any
+	// byTag says the statement reads instances by their driving tag
+	// (instance_tags g joined to instances i), so that the filter need not
+	// look the tag up again.
+	byTag bool
 }
 
 // arg adds an argument and returns its placeholder.
@@ -37,10 +43,51 @@ func likePrefix(prefix string) string {
 	return r.Replace(prefix) + "%"
 }
 
+// prefixRange adds the conditions of a prefix on a column: a range
+// [prefix, prefixEnd) that an index scans, and the LIKE that says exactly
+// what matches. The range holds exactly the strings that start with prefix
+// when strings compare byte by byte, as they do on CockroachDB and on a
+// PostgreSQL database with the C collation (which testdb and orchard dev
+// create).
+func prefixRange(q *query, col, prefix string) {
+	q.where(`%s LIKE %s ESCAPE '\'`, col, q.arg(likePrefix(prefix)))
+	q.where("%s >= %s", col, q.arg(prefix))
+	if end, ok := prefixEnd(prefix); ok {
+		q.where("%s < %s", col, q.arg(end))
+	}
+}
+
+// prefixEnd returns the least string above every string that starts with
+// prefix, in byte order: the prefix with its last code point incremented
+// (UTF-8 byte order is code point order). ok is false when nothing bounds
+// them (a prefix of U+10FFFF only).
+func prefixEnd(prefix string) (end string, ok bool) {
+	rs := []rune(prefix)
+	for len(rs) > 0 {
+		last := rs[len(rs)-1]
+		switch last {
+		case utf8.MaxRune:
+			rs = rs[:len(rs)-1]
+			continue
+		case 0xD7FF: // the next code point after the surrogates
+			rs[len(rs)-1] = 0xE000
+		default:
+			rs[len(rs)-1] = last + 1
+		}
+		return string(rs), true
+	}
+	return "", false
+}
+
 // validateFilter rejects filters that cannot mean anything.
 func validateFilter(f *store.InstanceFilter) error {
 	if len(f.InstanceIDs) > store.MaxFilterIDs {
 		return invalid("at most %d instance ids in a filter, got %d", store.MaxFilterIDs, len(f.InstanceIDs))
+	}
+	for _, text := range []string{f.Name, f.NamePrefix, f.IDPrefix} {
+		if !utf8.ValidString(text) || strings.ContainsRune(text, 0) {
+			return invalid("name and prefixes must be UTF-8 text without NUL, got %q", text)
+		}
 	}
 	for _, st := range f.Statuses {
 		if !st.Valid() || st == store.StatusContinuedAsNew {
@@ -61,30 +108,31 @@ func validateFilter(f *store.InstanceFilter) error {
 // Instances being deleted are never listed or counted; the bulk delete
 // includes them, to finish what an interrupted delete began.
 func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDeleting bool) {
-	q.where("i.tenant_id = %s", q.arg(tenantID))
+	tenant := q.arg(tenantID)
+	q.where("i.tenant_id = %s", tenant)
 	if !withDeleting {
 		q.where("NOT i.deleting")
 	}
 	if f.InstanceIDs != nil {
 		q.where("i.instance_id = ANY(%s::TEXT[])", q.arg(f.InstanceIDs))
 	}
-	if len(f.Statuses) > 0 {
-		statuses := make([]string, len(f.Statuses))
-		for i, st := range f.Statuses {
-			statuses[i] = string(st)
-		}
-		q.where("i.status = ANY(%s::TEXT[])", q.arg(statuses))
+	switch len(f.Statuses) {
+	case 0:
+	case 1:
+		// Equality, not = ANY: then the scan of (tenant, status, created)
+		// comes out in creation order and stops at the page.
+		q.where("i.status = %s", q.arg(string(f.Statuses[0])))
+	default:
+		q.where("i.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
 	}
 	if f.Name != "" {
 		q.where("i.name = %s", q.arg(f.Name))
 	}
 	if f.NamePrefix != "" {
-		q.where(`i.name LIKE %s ESCAPE '\'`, q.arg(likePrefix(f.NamePrefix)))
-		q.where("i.name >= %s", q.arg(f.NamePrefix))
+		prefixRange(q, "i.name", f.NamePrefix)
 	}
 	if f.IDPrefix != "" {
-		q.where(`i.instance_id LIKE %s ESCAPE '\'`, q.arg(likePrefix(f.IDPrefix)))
-		q.where("i.instance_id >= %s", q.arg(f.IDPrefix))
+		prefixRange(q, "i.instance_id", f.IDPrefix)
 	}
 	timeRange := func(col string, after, before time.Time) {
 		if !after.IsZero() {
@@ -103,8 +151,19 @@ func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDel
 	if before := earliest(f.UpdatedBefore, f.CompletedBefore); !before.IsZero() {
 		q.where("i.created_at < %s", q.arg(before.UnixMilli()))
 	}
-	if len(f.Tags) > 0 {
-		q.where("i.tags @> %s::JSONB", q.arg(f.Tags))
+	if key, value, ok := drivingTag(f); ok {
+		// The driving tag through instance_tags (which the caller may
+		// already read by it), the others on the instance.
+		if !q.byTag {
+			q.where(`i.instance_id IN (SELECT g.instance_id FROM instance_tags g
+	WHERE g.tenant_id = %s AND g.tag_key = %s AND g.tag_value = %s)`, tenant, q.arg(key), q.arg(value))
+		}
+		others := maps.Clone(f.Tags)
+		delete(others, key)
+		if len(others) > 0 {
+			tags, _ := json.Marshal(others)
+			q.where("i.tags @> %s::JSONB", q.arg(string(tags)))
+		}
 	}
 	if f.RootsOnly {
 		q.where("i.parent_instance_id IS NULL")
@@ -112,6 +171,24 @@ func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDel
 	if f.ParentInstanceID != "" {
 		q.where("i.parent_instance_id = %s", q.arg(f.ParentInstanceID))
 	}
+}
+
+// drivingTag is the tag of a filter by which instance_tags finds the
+// candidates (the others are checked on instances.tags): the first key.
+func drivingTag(f *store.InstanceFilter) (key, value string, ok bool) {
+	if len(f.Tags) == 0 {
+		return "", "", false
+	}
+	key = slices.Min(slices.Collect(maps.Keys(f.Tags)))
+	return key, f.Tags[key], true
+}
+
+func statusStrings(statuses []store.Status) []string {
+	out := make([]string, len(statuses))
+	for i, st := range statuses {
+		out[i] = string(st)
+	}
+	return out
 }
 
 // orderColumn returns the column and direction of an order.

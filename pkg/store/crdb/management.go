@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +28,16 @@ func defaultCursorKey() []byte {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	return key
+}
+
+// customPlan runs a statement built from a filter with its arguments
+// bound before planning (an unnamed statement, QueryExecModeExec), so the
+// plan fits the values: a prepared statement's generic plan, chosen once
+// for every value, scanned 27,000 instances for a one-day completion range
+// that a plan knowing the day reads 150 for. Arguments must then have
+// types pgx infers from Go: strings, int64, []string.
+func customPlan(args []any) []any {
+	return append([]any{pgx.QueryExecModeExec}, args...)
 }
 
 // ListInstances reads one page in keyset order: (order column, instance id).
@@ -50,8 +63,19 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams)
 	if order == "" {
 		order = store.OrderCreatedDesc
 	}
+	// In creation order, a tag filter reads the instances with its
+	// driving tag from instance_tags, in that order, and stops at the page.
 	q := &query{}
+	from, key := "instances i", "i"
+	tagKey, tagValue, byTag := drivingTag(&p.Filter)
+	if byTag && col == "created_at" {
+		q.byTag = true
+		from, key = "instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id", "g"
+	}
 	filterInstances(q, p.TenantID, &p.Filter, false)
+	if q.byTag {
+		q.where("g.tenant_id = $1 AND g.tag_key = %s AND g.tag_value = %s", q.arg(tagKey), q.arg(tagValue))
+	}
 	dir, cmp := "ASC", ">"
 	if desc {
 		dir, cmp = "DESC", "<"
@@ -61,16 +85,23 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams)
 		if err != nil {
 			return nil, err
 		}
-		q.where("(i.%s, i.instance_id) %s (%s, %s)", col, cmp, q.arg(pos.Key), q.arg(pos.ID))
+		q.where("(%s.%s, %s.instance_id) %s (%s, %s)", key, col, key, cmp, q.arg(pos.Key), q.arg(pos.ID))
 	}
-	sql := fmt.Sprintf(`SELECT %s, i.%s FROM instances i %s WHERE %s ORDER BY i.%s %s, i.instance_id %s LIMIT %d`,
-		instanceColumns, col, joinCurrentExecution, q.whereSQL(), col, dir, dir, limit+1)
+	// The page's keys first, from an index, then their rows and current
+	// executions: when the keys need sorting (a prefix scan), only the
+	// page is joined, not every match.
+	sql := fmt.Sprintf(`SELECT %s, i.%s
+FROM (SELECT i.instance_id FROM %s WHERE %s ORDER BY %s.%s %s, %s.instance_id %s LIMIT %d) page
+JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+%s
+ORDER BY i.%s %s, i.instance_id %s`,
+		instanceColumns, col, from, q.whereSQL(), key, col, dir, key, dir, limit+1, joinCurrentExecution, col, dir, dir)
 
 	var page []store.Instance
 	var keys []int64
 	err = s.retry(ctx, func(ctx context.Context) error {
 		page, keys = page[:0], keys[:0]
-		rows, err := s.pool.Query(ctx, sql, q.args...)
+		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
 		if err != nil {
 			return err
 		}
@@ -115,7 +146,17 @@ func scanInstanceWithKey(tenantID string, row pgx.Row) (*store.Instance, int64, 
 	return &in, key, nil
 }
 
-// CountInstances counts the matching instances, grouped by status.
+// countShards is how many rows of instance_counts hold a tenant's count of
+// one status; writers add their deltas to one picked at random.
+const countShards = 16
+
+// countShard picks the counter shard a write adds its delta to.
+func countShard() int64 { return mathrand.Int64N(countShards) }
+
+// CountInstances counts the matching instances, grouped by status. With no
+// filter but statuses, it sums the maintained counters (instance_counts):
+// a few rows per status, whatever the size of the tenant. Any other filter
+// counts the instances that match, through the listing indexes.
 func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParams) (*store.CountInstancesResult, error) {
 	if p.TenantID == "" {
 		return nil, invalid("tenant id is required")
@@ -124,12 +165,21 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 		return nil, err
 	}
 	q := &query{}
-	filterInstances(q, p.TenantID, &p.Filter, false)
-	sql := `SELECT i.status, count(*) FROM instances i WHERE ` + q.whereSQL() + ` GROUP BY i.status`
+	var sql string
+	if byCounters(&p.Filter) {
+		q.where("tenant_id = %s", q.arg(p.TenantID))
+		if len(p.Filter.Statuses) > 0 {
+			q.where("status = ANY(%s::TEXT[])", q.arg(statusStrings(p.Filter.Statuses)))
+		}
+		sql = `SELECT status, sum(n)::INT8 FROM instance_counts WHERE ` + q.whereSQL() + ` GROUP BY status HAVING sum(n) <> 0`
+	} else {
+		filterInstances(q, p.TenantID, &p.Filter, false)
+		sql = `SELECT i.status, count(*) FROM instances i WHERE ` + q.whereSQL() + ` GROUP BY i.status`
+	}
 	var res *store.CountInstancesResult
 	err := s.retry(ctx, func(ctx context.Context) error {
 		res = &store.CountInstancesResult{ByStatus: map[store.Status]int64{}}
-		rows, err := s.pool.Query(ctx, sql, q.args...)
+		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
 		if err != nil {
 			return err
 		}
@@ -146,6 +196,33 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 		return rows.Err()
 	})
 	return res, err
+}
+
+// byCounters reports whether the counters answer a count: no criterion but
+// statuses.
+func byCounters(f *store.InstanceFilter) bool {
+	only := store.InstanceFilter{Statuses: f.Statuses}
+	return f.InstanceIDs == nil && reflect.DeepEqual(*f, only)
+}
+
+// RecountInstances sets a tenant's status counters to the count of its
+// instances, in one SERIALIZABLE transaction (which writes racing it make
+// retry). The counters are exact as long as every write goes through this
+// store; recount after loading rows by other means, or after a deploy whose
+// migration ran while a version that did not maintain them was writing.
+func (s *Store) RecountInstances(ctx context.Context, tenantID string) error {
+	if tenantID == "" {
+		return invalid("tenant id is required")
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM instance_counts WHERE tenant_id = $1`, tenantID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+INSERT INTO instance_counts (tenant_id, status, shard, n)
+SELECT $1, status, 0, count(*) FROM instances WHERE tenant_id = $1 AND NOT deleting GROUP BY status`, tenantID)
+		return err
+	})
 }
 
 // ListExecutions lists an instance's stored executions, oldest first.
@@ -196,8 +273,10 @@ ORDER BY e.execution_id`, p.TenantID, p.InstanceID)
 func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) ([]string, error) {
 	var ids []string
 	err := s.retry(ctx, func(ctx context.Context) error {
+		// In index order (creation), sorted here: sorting 10,000 ids in
+		// Go takes a millisecond, in the database ten.
 		rows, err := s.pool.Query(ctx, `SELECT instance_id FROM instances
-			WHERE tenant_id = $1 AND parent_instance_id = $2 AND NOT deleting ORDER BY instance_id`,
+			WHERE tenant_id = $1 AND parent_instance_id = $2 AND NOT deleting`,
 			p.TenantID, p.InstanceID)
 		if err != nil {
 			return err
@@ -205,6 +284,7 @@ func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) (
 		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
+	slices.Sort(ids)
 	return ids, err
 }
 
@@ -271,32 +351,53 @@ ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
 }
 
 // GetInstanceTree returns an instance and its descendants, children first.
+// It reads the whole tree the instance belongs to by its root (one index
+// range, instances_root) and walks it here: a recursive query probes the
+// index once per instance of each level, 10,000 probes for the leaves of a
+// 10,000-child tree that have no children (30 ms, against 12 ms this way).
 func (s *Store) GetInstanceTree(ctx context.Context, p *store.GetInstanceTreeParams) (*store.InstanceTree, error) {
-	var ids []string
+	children := map[string][]string{}
+	var found bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		// The walk alone, without the per-instance costs a delete needs:
-		// no join back to instances.
+		clear(children)
+		found = false
 		rows, err := s.pool.Query(ctx, `
-WITH RECURSIVE tree (instance_id, depth) AS (
-	SELECT instance_id, 0 FROM instances
-	WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
-	UNION ALL
-	SELECT c.instance_id, t.depth + 1
-	FROM tree t JOIN instances c ON c.tenant_id = $1 AND c.parent_instance_id = t.instance_id
-	WHERE t.depth < $3 AND NOT c.deleting
-)
-SELECT instance_id FROM tree ORDER BY depth DESC, instance_id`, p.TenantID, p.InstanceID, maxTreeDepth)
+SELECT instance_id, COALESCE(parent_instance_id, '') FROM instances
+WHERE tenant_id = $1 AND NOT deleting AND root_instance_id = (
+	SELECT root_instance_id FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting)`,
+			p.TenantID, p.InstanceID)
 		if err != nil {
 			return err
 		}
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		var id, parent string
+		_, err = pgx.ForEachRow(rows, []any{&id, &parent}, func() error {
+			found = found || id == p.InstanceID
+			children[parent] = append(children[parent], id)
+			return nil
+		})
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(ids) == 0 {
+	if !found {
 		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	}
+	// Level by level from the instance (an instance being deleted hides
+	// its descendants, as it is absent), then deepest level first.
+	var levels [][]string
+	for level := []string{p.InstanceID}; len(level) > 0 && len(levels) <= maxTreeDepth; {
+		levels = append(levels, level)
+		var next []string
+		for _, id := range level {
+			next = append(next, children[id]...)
+		}
+		level = next
+	}
+	ids := make([]string, 0, len(children))
+	for _, level := range slices.Backward(levels) {
+		slices.Sort(level)
+		ids = append(ids, level...)
 	}
 	return &store.InstanceTree{RootID: p.InstanceID, IDs: ids}, nil
 }

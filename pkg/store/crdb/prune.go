@@ -166,8 +166,8 @@ SELECT count(*) FROM e`, tenantID, instanceID, executionID).Scan(&r.ExecutionsDe
 	return r, err
 }
 
-// PruneExecutionsBulk prunes the instances matching a filter, in instance
-// id order, up to Limit instances.
+// PruneExecutionsBulk prunes the instances matching a filter, in (status,
+// instance id) order, up to Limit instances.
 func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecutionsBulkParams) (*store.BulkPruneResult, error) {
 	if p.TenantID == "" {
 		return nil, invalid("tenant id is required")
@@ -183,17 +183,25 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 		return nil, err
 	}
 	res := &store.BulkPruneResult{}
-	after := ""
+	var after pruneKey
 	for int(res.InstancesProcessed) < limit {
-		ids, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, after, min(bulkPage, limit-int(res.InstancesProcessed)))
+		// One more than the page: whether anything is left after it.
+		want := min(bulkPage, limit-int(res.InstancesProcessed))
+		keys, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, after, want+1)
 		if err != nil {
 			return res, err
 		}
-		if len(ids) == 0 {
+		more := len(keys) > want
+		keys = keys[:min(len(keys), want)]
+		if len(keys) == 0 {
 			res.Complete = true
 			return res, nil
 		}
-		after = ids[len(ids)-1]
+		after = keys[len(keys)-1]
+		ids := make([]string, len(keys))
+		for i, k := range keys {
+			ids[i] = k.id
+		}
 		for len(ids) > 0 {
 			// Many small instances per transaction; one too big for that
 			// goes through PruneExecutions, in pieces.
@@ -226,19 +234,43 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 			}
 			ids = ids[handled:]
 		}
+		if !more {
+			res.Complete = true
+			return res, nil
+		}
 	}
-	more, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, after, 1)
-	if err != nil {
-		return res, err
-	}
-	res.Complete = len(more) == 0
 	return res, nil
 }
 
-// pruneBulkCandidates reads the next matching instances after the given id
-// that have more than one execution stored (nothing else can be pruned).
-func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after string, n int) ([]string, error) {
-	return s.nextInstances(ctx, tenantID, f, false, after, n, "i.execution_count > 1")
+// pruneKey is a position in the order of bulk prune candidates: status,
+// then instance id, the order of the index instances_prunable.
+type pruneKey struct{ status, id string }
+
+// pruneBulkCandidates reads the next matching instances after the given
+// position that have more than one execution stored (nothing else can be
+// pruned). They come from instances_prunable, which holds only those: an
+// instance pruned down to one execution leaves it, and the instances of
+// other statuses than the filter's are not in the way.
+func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after pruneKey, n int) ([]pruneKey, error) {
+	q := &query{}
+	filterInstances(q, tenantID, f, false)
+	q.where("i.execution_count > 1")
+	q.where("(i.status, i.instance_id) > (%s, %s)", q.arg(after.status), q.arg(after.id))
+	sql := fmt.Sprintf(`SELECT i.status, i.instance_id FROM instances i WHERE %s ORDER BY i.status, i.instance_id LIMIT %d`,
+		q.whereSQL(), n)
+	var keys []pruneKey
+	err := s.retry(ctx, func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
+		if err != nil {
+			return err
+		}
+		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneKey, error) {
+			var k pruneKey
+			return k, r.Scan(&k.status, &k.id)
+		})
+		return err
+	})
+	return keys, err
 }
 
 // pruneInstancesStep prunes, in one transaction, the first instances of ids
@@ -316,7 +348,10 @@ ORDER BY e.instance_id, e.execution_id`, tenantID, ids, o.KeepLast, before)
 }
 
 // finishPrune deletes the chosen executions and their history and adjusts
-// their instances' counters.
+// their instances' counters. Both key columns are bound with = ANY, so that
+// the (generic) plan reads the history of the pruned executions only, not
+// of every execution of the instances (half the rows read at 2
+// executions per instance).
 func (s *Store) finishPrune(ctx context.Context, tx pgx.Tx, tenantID string, inst []string, execs []int64, r store.PruneResult, handled int) (store.PruneResult, int, string, error) {
 	if len(inst) == 0 {
 		return r, handled, "", nil
@@ -326,11 +361,13 @@ WITH d AS (
 	SELECT * FROM unnest($2::TEXT[], $3::INT8[]) AS d (instance_id, execution_id)
 ), h AS (
 	DELETE FROM history h
-	WHERE h.tenant_id = $1 AND h.instance_id = ANY($2::TEXT[]) AND (h.instance_id, h.execution_id) IN (SELECT * FROM d)
+	WHERE h.tenant_id = $1 AND h.instance_id = ANY($2::TEXT[]) AND h.execution_id = ANY($3::INT8[])
+		AND (h.instance_id, h.execution_id) IN (SELECT * FROM d)
 	RETURNING h.instance_id
 ), e AS (
 	DELETE FROM executions e
-	WHERE e.tenant_id = $1 AND e.instance_id = ANY($2::TEXT[]) AND (e.instance_id, e.execution_id) IN (SELECT * FROM d)
+	WHERE e.tenant_id = $1 AND e.instance_id = ANY($2::TEXT[]) AND e.execution_id = ANY($3::INT8[])
+		AND (e.instance_id, e.execution_id) IN (SELECT * FROM d)
 	RETURNING e.instance_id
 ), counts AS (
 	SELECT x.instance_id, sum(x.execs) AS execs, sum(x.events) AS events FROM (

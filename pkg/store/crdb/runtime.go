@@ -53,10 +53,21 @@ WITH i AS (
 	SELECT $1, instance_id, gen_random_uuid(), 0 FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
 	RETURNING 1
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT $1, 'Running', $11, 1 FROM i
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
+), tagged AS (
+	INSERT INTO instance_tags (tenant_id, instance_id, tag_key, tag_value, created_at)
+	SELECT $1, i.instance_id, t.key, t.value, $5 FROM i, jsonb_each_text($7::JSONB) AS t (key, value)
+	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE SET tag_value = excluded.tag_value, created_at = excluded.created_at
+	RETURNING 1
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, instance_id, 1, $8, $9, $5, $5 FROM i`,
-			p.TenantID, p.InstanceID, p.Name, p.Version, now, p.Input, tagsOf(p.Tags), p.Start.Kind, p.Start.Payload, p.Retention)
+			p.TenantID, p.InstanceID, p.Name, p.Version, now, p.Input, tagsOf(p.Tags), p.Start.Kind, p.Start.Payload, p.Retention,
+			countShard())
 		created = tag.RowsAffected() == 1
 		return err
 	})
@@ -283,14 +294,27 @@ func claimForAnyTenant(window int) string {
 }
 
 var (
+	// The tenants after $4, then from the first, walked in key order and
+	// stopping at the first with claimable work: among its oldest visible
+	// messages (a bounded head, so the probe costs the same whatever the
+	// backlog), one whose instance has no live lease.
 	claimPickTenant = `WITH pick AS (
-	SELECT t.tenant_id FROM tenants t
-	WHERE EXISTS (SELECT 1 FROM orchestrator_queue q
-		LEFT JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
-		WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1 AND (l.locked_until IS NULL OR l.locked_until <= $1))
-	ORDER BY t.tenant_id <= $4, t.tenant_id
+	SELECT tenant_id FROM (
+		(SELECT t.tenant_id FROM tenants t WHERE t.tenant_id > $4 AND ` + claimableWork + ` ORDER BY t.tenant_id LIMIT 1)
+		UNION ALL
+		(SELECT t.tenant_id FROM tenants t WHERE t.tenant_id <= $4 AND ` + claimableWork + ` ORDER BY t.tenant_id LIMIT 1)
+	) rr
 	LIMIT 1
 ), `
+
+	claimableWork = `EXISTS (
+		SELECT 1 FROM (
+			SELECT q.instance_id FROM orchestrator_queue q
+			WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1
+			ORDER BY q.visible_at
+			LIMIT 512) w
+		WHERE NOT EXISTS (SELECT 1 FROM instance_locks l
+			WHERE l.tenant_id = t.tenant_id AND l.instance_id = w.instance_id AND l.locked_until > $1))`
 
 	// claimZombie leases, for tenant $4, one instance among the oldest
 	// visible messages ($5 entries) that has no lease row: its messages

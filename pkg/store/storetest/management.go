@@ -62,6 +62,36 @@ func (h *harness) gone(tenant, id string) {
 	require.ErrorIs(h.t, err, store.ErrNotFound)
 }
 
+// requireCounts checks the counts by status of a whole tenant (which an
+// implementation may keep as counters) against want and against the counts
+// of a filter that selects every instance (which it must compute).
+func (h *harness) requireCounts(tenant string, want map[store.Status]int64) {
+	h.t.Helper()
+	all, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{TenantID: tenant})
+	require.NoError(h.t, err)
+	everything, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{
+		TenantID: tenant, Filter: store.InstanceFilter{CreatedAfter: time.UnixMilli(1)},
+	})
+	require.NoError(h.t, err)
+	require.Equal(h.t, everything, all, "counts by status disagree with the instances")
+	if want == nil {
+		want = map[store.Status]int64{}
+	}
+	require.Equal(h.t, want, all.ByStatus)
+	var total int64
+	for _, n := range want {
+		total += n
+	}
+	require.Equal(h.t, total, all.Total)
+	for st, n := range want {
+		one, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{
+			TenantID: tenant, Filter: store.InstanceFilter{Statuses: []store.Status{st}},
+		})
+		require.NoError(h.t, err)
+		require.Equal(h.t, n, one.Total, "count of %s", st)
+	}
+}
+
 func (h *harness) deleteInstance(tenant, id string, force bool) (*store.DeleteResult, error) {
 	return h.s.DeleteInstance(h.ctx(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: id, Force: force})
 }
@@ -111,12 +141,14 @@ func testDeleteRunningNeedsForce(t *testing.T, h *harness) {
 	_, err := h.deleteInstance(tenant, "busy", false)
 	require.ErrorIs(t, err, store.ErrInstanceRunning)
 	require.Equal(t, store.StatusRunning, h.instance(tenant, "busy").Status)
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: 1})
 
 	held := h.fetchWork(tenant)
 	res, err := h.deleteInstance(tenant, "busy", true)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), res.InstancesDeleted)
 	h.gone(tenant, "busy")
+	h.requireCounts(tenant, nil)
 	// The worker holding the task learns of it.
 	_, err = h.s.RenewWorkItemLease(h.ctx(), &store.RenewWorkItemLeaseParams{Lease: held.Lease, Duration: lease})
 	require.ErrorIs(t, err, store.ErrLeaseLost)
@@ -200,6 +232,7 @@ func testCascadeDeleteAndSubOrchestrationRefused(t *testing.T, h *harness) {
 	h.drain(tenant)
 	h.startChildren(tenant, "root:a", "root:a:x")
 	h.drain(tenant)
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: 4})
 
 	for _, force := range []bool{false, true} {
 		_, err := h.deleteInstance(tenant, "root:a", force)
@@ -231,6 +264,7 @@ func testCascadeDeleteAndSubOrchestrationRefused(t *testing.T, h *harness) {
 	for _, id := range []string{"root:a:x", "root:a", "root:b", "root"} {
 		h.finish(tenant, id, store.StatusCompleted)
 	}
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 4})
 	res, err := h.deleteInstance(tenant, "root", false)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), res.InstancesDeleted)
@@ -238,6 +272,7 @@ func testCascadeDeleteAndSubOrchestrationRefused(t *testing.T, h *harness) {
 	for _, id := range tree.IDs {
 		h.gone(tenant, id)
 	}
+	h.requireCounts(tenant, nil)
 }
 
 func requireChildrenFirst(t *testing.T, h *harness, tenant string, ids []string) {
@@ -355,6 +390,7 @@ func testBulkDeleteRetentionAndCascade(t *testing.T, h *harness) {
 
 	h.clock.Advance(6 * 24 * time.Hour)
 	h.completeAll(tenant, "recent")
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 3, store.StatusFailed: 1, store.StatusRunning: 1})
 
 	res, err := h.s.DeleteInstanceBulk(h.ctx(), &store.DeleteInstanceBulkParams{
 		TenantID: tenant, Filter: store.InstanceFilter{CompletedBefore: h.clock.Now().Add(-5 * 24 * time.Hour)},
@@ -367,6 +403,7 @@ func testBulkDeleteRetentionAndCascade(t *testing.T, h *harness) {
 	h.instance(tenant, "old-busy")
 	h.instance(tenant, "old-busy:1")
 	h.instance(tenant, "recent")
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 1, store.StatusFailed: 1, store.StatusRunning: 1})
 }
 
 func (h *harness) continueAsNew(tenant, id string, times int) {
@@ -462,6 +499,8 @@ func testPruneBulk(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), res.InstancesProcessed)
 	require.Equal(t, int64(2), res.ExecutionsDeleted)
 	require.True(t, res.Complete)
+	// Pruning changes no instance's status.
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: 3})
 }
 
 func testListFilters(t *testing.T, h *harness) {
@@ -558,6 +597,79 @@ func testListFilters(t *testing.T, h *harness) {
 		_, err := h.s.ListInstances(h.ctx(), &p)
 		require.ErrorIs(t, err, store.ErrInvalidArgument, "%+v", p)
 	}
+
+	testListRareTags(t, h)
+}
+
+// testListRareTags lists by tag values that one instance in forty has, among
+// common ones, on roots and on children (whose tags come with a turn of
+// their parent), in both orders, page by page, and counts them.
+func testListRareTags(t *testing.T, h *harness) {
+	tenant := h.tenant("tagged")
+	other := h.tenant("tagged-other")
+	for i := range 40 {
+		tags := map[string]string{"env": "prod", "customer": fmt.Sprintf("c%02d", i%20)}
+		if i == 7 {
+			tags["customer"] = "rare"
+		}
+		_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: fmt.Sprintf("t-%02d", i), Name: "t", Tags: tags, Start: store.Message{Kind: kindStart},
+		})
+		require.NoError(t, err)
+		h.clock.Advance(time.Millisecond)
+	}
+	_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+		TenantID: other, InstanceID: "t-07", Name: "t", Tags: map[string]string{"customer": "rare"}, Start: store.Message{Kind: kindStart},
+	})
+	require.NoError(t, err)
+	h.drain(tenant)
+	h.enqueue(tenant, "t-00", `"spawn"`, 0)
+	item := h.fetchInstance(tenant, "t-00")
+	p := turn(item)
+	p.Children = []store.ChildStart{{
+		InstanceID: "t-00:child", Name: "child", Tags: map[string]string{"customer": "rare", "env": "dev"},
+		Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "child_failed"},
+	}}
+	h.ack(p)
+	h.finish(tenant, "t-07", store.StatusCompleted)
+
+	cases := []struct {
+		name string
+		f    store.InstanceFilter
+		want []string
+	}{
+		{"rare", store.InstanceFilter{Tags: map[string]string{"customer": "rare"}}, []string{"t-07", "t-00:child"}},
+		{"rare and common", store.InstanceFilter{Tags: map[string]string{"customer": "rare", "env": "prod"}}, []string{"t-07"}},
+		{"rare, other key first", store.InstanceFilter{Tags: map[string]string{"customer": "rare", "a": "b"}}, nil},
+		{"rare child", store.InstanceFilter{Tags: map[string]string{"env": "dev"}}, []string{"t-00:child"}},
+		{"rare and status", store.InstanceFilter{Tags: map[string]string{"customer": "rare"}, Statuses: []store.Status{store.StatusRunning}}, []string{"t-00:child"}},
+		{"two of forty", store.InstanceFilter{Tags: map[string]string{"customer": "c03"}}, []string{"t-03", "t-23"}},
+		{"common", store.InstanceFilter{Tags: map[string]string{"env": "prod"}}, func() []string {
+			var ids []string
+			for i := range 40 {
+				ids = append(ids, fmt.Sprintf("t-%02d", i))
+			}
+			return ids
+		}()},
+		{"unknown value", store.InstanceFilter{Tags: map[string]string{"customer": "nobody"}}, nil},
+	}
+	for _, tc := range cases {
+		for _, order := range []store.Order{store.OrderCreatedDesc, store.OrderCreatedAsc, store.OrderUpdatedDesc} {
+			require.ElementsMatch(t, tc.want, h.list(tenant, tc.f, order), "%s, %s", tc.name, order)
+		}
+		count, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{TenantID: tenant, Filter: tc.f})
+		require.NoError(t, err)
+		require.Equal(t, int64(len(tc.want)), count.Total, "count of %s", tc.name)
+	}
+	// Creation order, newest first, through the tag.
+	require.Equal(t, []string{"t-00:child", "t-07"},
+		h.list(tenant, store.InstanceFilter{Tags: map[string]string{"customer": "rare"}}, store.OrderCreatedDesc))
+
+	// Deleted instances take their tags with them.
+	_, err = h.deleteInstance(tenant, "t-07", false)
+	require.NoError(t, err)
+	require.Equal(t, []string{"t-00:child"}, h.list(tenant, store.InstanceFilter{Tags: map[string]string{"customer": "rare"}}, store.OrderCreatedDesc))
+	require.Equal(t, []string{"t-07"}, h.list(other, store.InstanceFilter{Tags: map[string]string{"customer": "rare"}}, store.OrderCreatedDesc))
 }
 
 func testListCursors(t *testing.T, h *harness) {
@@ -647,4 +759,6 @@ func testListPaginationUnderChurn(t *testing.T, h *harness) {
 	for id, n := range seen {
 		require.Equal(t, 1, n, "instance %s seen %d times", id, n)
 	}
+	// Starts and deletes racing each other left the counts exact.
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: stable})
 }

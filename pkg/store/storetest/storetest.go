@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Definitions", testDefinitions},
 		{"Tenants", testTenants},
 		{"InstanceRetentionOverride", testInstanceRetentionOverride},
+		{"Usage", testUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	"github.com/orchardhq/orchard/services/api"
+)
+
+// apiCommand runs the API service: `orchard api`.
+func apiCommand() *cobra.Command {
+	var (
+		listen, databaseURL, opsAddr           string
+		publicKeyFile, jwksURL, signingKeyFile string
+		issuer, audience, secret               string
+		algorithms                             []string
+		maxMessageBytes                        int
+		drain                                  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "api",
+		Short: "Serve the Connect/gRPC API (ORCHARD_* environment variables configure it)",
+		Long: `api serves Orchard's API — Connect, gRPC and gRPC-Web on one port — with
+gRPC health (grpc.health.v1.Health/Check, and GET /healthz) and reflection.
+
+Tokens are verified with the public keys of --jwt-public-key-file or the JWKS
+at --jwks-url, for the issuer and audience given. With --jwt-signing-key-file
+the Admin service can also mint tokens. API servers behind one load balancer
+must share --secret, which signs page and task tokens.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if databaseURL == "" {
+				return errors.New("no database: set ORCHARD_DATABASE_URL or pass --database-url")
+			}
+			if issuer == "" || audience == "" {
+				return errors.New("set the token issuer and audience (ORCHARD_JWT_ISSUER, ORCHARD_JWT_AUDIENCE)")
+			}
+			verifier, err := tenancy.NewVerifier(ctx, tenancy.VerifierConfig{
+				Issuer: issuer, Audience: audience, Algorithms: algorithms,
+				PublicKeyFile: publicKeyFile, JWKSURL: jwksURL,
+			})
+			if err != nil {
+				return err
+			}
+			var minter *tenancy.Minter
+			if signingKeyFile != "" {
+				key, err := tenancy.ReadPrivateKeyFile(signingKeyFile)
+				if err != nil {
+					return err
+				}
+				if minter, err = tenancy.NewMinter(tenancy.MinterConfig{
+					PrivateKey: key, Issuer: issuer, Audience: audience, MaxTTL: 365 * 24 * time.Hour,
+				}); err != nil {
+					return err
+				}
+			}
+			var tokenKey, cursorKey []byte
+			if secret != "" {
+				tokenKey, cursorKey = deriveKey(secret, "api-tokens"), deriveKey(secret, "store-cursors")
+			} else {
+				slog.WarnContext(ctx, "orchard api: no --secret (ORCHARD_API_SECRET): page and task tokens only work on this process")
+			}
+			tel, err := telemetry.Setup(ctx, "orchard-api")
+			if err != nil {
+				return err
+			}
+			defer shutdownTelemetry(tel)
+			pool, err := openPool(ctx, tel, databaseURL, 32)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			stopOps, err := serveOps(tel, opsAddr, pool)
+			if err != nil {
+				return err
+			}
+			defer stopOps()
+			st := crdb.New(pool, crdb.Options{CursorKey: cursorKey})
+			defer st.Close()
+			srv, err := api.New(api.Config{
+				Store: st, Verifier: verifier, Minter: minter, Addr: listen,
+				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
+				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+			})
+			if err != nil {
+				return err
+			}
+			if err := srv.Start(ctx); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "orchard api: listening on", srv.Addr())
+			<-ctx.Done()
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+			defer cancel()
+			return srv.Stop(stopCtx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", envString("ORCHARD_API_LISTEN", ":8080"), "listen address (env ORCHARD_API_LISTEN)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9091"), "address of /metrics and /healthz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&databaseURL, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
+	f.StringVar(&publicKeyFile, "jwt-public-key-file", envString("ORCHARD_JWT_PUBLIC_KEY_FILE", ""),
+		"PEM file of the public keys that verify tokens (env ORCHARD_JWT_PUBLIC_KEY_FILE)")
+	f.StringVar(&jwksURL, "jwks-url", envString("ORCHARD_JWKS_URL", ""), "JWKS URL of the keys that verify tokens (env ORCHARD_JWKS_URL)")
+	f.StringVar(&issuer, "jwt-issuer", envString("ORCHARD_JWT_ISSUER", ""), "issuer tokens must name (env ORCHARD_JWT_ISSUER)")
+	f.StringVar(&audience, "jwt-audience", envString("ORCHARD_JWT_AUDIENCE", ""), "audience tokens must name (env ORCHARD_JWT_AUDIENCE)")
+	f.StringSliceVar(&algorithms, "jwt-algorithms", envList("ORCHARD_JWT_ALGORITHMS"),
+		"token algorithms accepted: EdDSA, RS256, ES256 (env ORCHARD_JWT_ALGORITHMS; default EdDSA)")
+	f.StringVar(&signingKeyFile, "jwt-signing-key-file", envString("ORCHARD_JWT_SIGNING_KEY_FILE", ""),
+		"Ed25519 private key PEM with which AdminService.MintToken signs (env ORCHARD_JWT_SIGNING_KEY_FILE; optional)")
+	f.StringVar(&secret, "secret", envString("ORCHARD_API_SECRET", ""),
+		"secret shared by the API servers, signing page and task tokens (env ORCHARD_API_SECRET)")
+	f.IntVar(&maxMessageBytes, "max-message-bytes", 4<<20, "largest request message accepted")
+	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long calls in flight may finish at shutdown")
+	return cmd
+}
+
+// deriveKey derives a purpose's key from the shared secret.
+func deriveKey(secret, purpose string) []byte {
+	sum := sha256.Sum256([]byte("orchard:" + purpose + ":" + secret))
+	return sum[:]
+}

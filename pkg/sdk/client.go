@@ -1,0 +1,260 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
+)
+
+// TokenEnv is the environment variable NewClient reads the token from when
+// no WithToken option is given.
+const TokenEnv = "ORCHARD_TOKEN"
+
+// Client calls an Orchard API server on behalf of one tenant (the token's).
+// It is safe for concurrent use; make one and share it.
+type Client struct {
+	baseURL     string
+	retry       RetryPolicy
+	clients     orchardv1connect.ClientServiceClient
+	workers     orchardv1connect.WorkerServiceClient
+	definitions orchardv1connect.DefinitionServiceClient
+}
+
+// Option configures a Client.
+type Option func(*clientOptions)
+
+type clientOptions struct {
+	token       string
+	tokenSet    bool
+	httpClient  connect.HTTPClient
+	retry       RetryPolicy
+	connectOpts []connect.ClientOption
+}
+
+// WithToken sets the Bearer token (a JWT) sent with every call, instead of
+// the ORCHARD_TOKEN environment variable. An empty token sends none.
+func WithToken(token string) Option {
+	return func(o *clientOptions) { o.token, o.tokenSet = token, true }
+}
+
+// WithHTTPClient sets the HTTP client the calls go through (default
+// http.DefaultClient). Its Timeout, if any, must exceed the long polls
+// (WaitForCompletion, PollActivityTask: up to 60 seconds); prefer contexts
+// for deadlines.
+func WithHTTPClient(c connect.HTTPClient) Option {
+	return func(o *clientOptions) { o.httpClient = c }
+}
+
+// WithRetryPolicy sets how failed calls are retried (default
+// DefaultRetryPolicy). RetryPolicy{MaxAttempts: 1} disables retries.
+func WithRetryPolicy(p RetryPolicy) Option {
+	return func(o *clientOptions) { o.retry = p }
+}
+
+// WithConnectOptions adds Connect client options: the gRPC protocol
+// (connect.WithGRPC, over an HTTP/2 client), interceptors, compression.
+func WithConnectOptions(opts ...connect.ClientOption) Option {
+	return func(o *clientOptions) { o.connectOpts = append(o.connectOpts, opts...) }
+}
+
+// RetryPolicy says how a Client retries failed calls. Calls are retried
+// when:
+//   - the server is Unavailable, for calls that are safe to repeat (reads,
+//     cancel, delete, prune, registration, Start with an instance id) and,
+//     for every call, when the connection could not even be made;
+//   - the server answers ResourceExhausted with a retry hint (a rate limit:
+//     the request was turned away before anything was done), waiting the
+//     hint, when it is at most MaxBackoff.
+//
+// Waits grow exponentially from InitialBackoff to MaxBackoff, with jitter,
+// and never outlast the call's context.
+type RetryPolicy struct {
+	// MaxAttempts bounds the attempts of a call, the first included
+	// (default 5); 1 disables retries.
+	MaxAttempts int
+	// InitialBackoff is the wait before the first retry (default 100ms).
+	InitialBackoff time.Duration
+	// MaxBackoff bounds every wait, and the retry hints honoured
+	// (default 5s).
+	MaxBackoff time.Duration
+}
+
+// DefaultRetryPolicy is the policy of a Client made without
+// WithRetryPolicy.
+var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 5, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 5 * time.Second}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultRetryPolicy.MaxAttempts
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = DefaultRetryPolicy.InitialBackoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultRetryPolicy.MaxBackoff
+	}
+	p.MaxBackoff = max(p.MaxBackoff, p.InitialBackoff)
+	return p
+}
+
+// backoff is the wait before retry n (1 for the first): exponential,
+// capped, with "equal jitter" (half fixed, half random) so that clients
+// that failed together do not come back together.
+func (p RetryPolicy) backoff(n int) time.Duration {
+	d := p.InitialBackoff
+	for i := 1; i < n && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+// idempotency says whether repeating a call is safe.
+type idempotency bool
+
+const (
+	// idempotent: repeating the call has the effect of doing it once.
+	idempotent idempotency = true
+	// notIdempotent: a repeat may act twice; retried only when the request
+	// surely did not reach the server (or was turned away unprocessed).
+	notIdempotent idempotency = false
+)
+
+// retryWait says whether to retry after attempt n failed with err, and
+// after how long.
+func (p RetryPolicy) retryWait(n int, err *Error, idem idempotency) (time.Duration, bool) {
+	if n >= p.MaxAttempts {
+		return 0, false
+	}
+	switch err.Code {
+	case connect.CodeUnavailable:
+		if idem == idempotent || notSent(err) {
+			return p.backoff(n), true
+		}
+	case connect.CodeResourceExhausted:
+		if err.RetryAfter > 0 && err.RetryAfter <= p.MaxBackoff {
+			// A little jitter on top of the hint, never below it.
+			return err.RetryAfter + rand.N(err.RetryAfter/10+1), true
+		}
+	}
+	return 0, false
+}
+
+// notSent reports a transport failure that happened before the request was
+// written: the connection could not be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
+}
+
+// NewClient returns a client of the API at baseURL (for example
+// "http://localhost:8080"). It sends nothing until a call is made.
+func NewClient(baseURL string, opts ...Option) *Client {
+	o := clientOptions{httpClient: http.DefaultClient, retry: DefaultRetryPolicy}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.tokenSet {
+		o.token = os.Getenv(TokenEnv)
+	}
+	baseURL = strings.TrimRight(baseURL, "/")
+	copts := append([]connect.ClientOption{connect.WithInterceptors(bearer(strings.TrimSpace(o.token)))}, o.connectOpts...)
+	return &Client{
+		baseURL:     baseURL,
+		retry:       o.retry.withDefaults(),
+		clients:     orchardv1connect.NewClientServiceClient(o.httpClient, baseURL, copts...),
+		workers:     orchardv1connect.NewWorkerServiceClient(o.httpClient, baseURL, copts...),
+		definitions: orchardv1connect.NewDefinitionServiceClient(o.httpClient, baseURL, copts...),
+	}
+}
+
+// BaseURL is the API's URL the client calls.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// bearer puts the token in every request's Authorization header.
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+// call makes one RPC with the client's retry policy, and maps its failure
+// to an *Error.
+func call[Req, Res any](ctx context.Context, c *Client, idem idempotency,
+	rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req,
+) (*Res, error) {
+	res, _, err := callCounted(ctx, c, idem, rpc, msg)
+	return res, err
+}
+
+// callCounted is call that also tells how many attempts it made.
+func callCounted[Req, Res any](ctx context.Context, c *Client, idem idempotency,
+	rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req,
+) (*Res, int, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := rpc(ctx, connect.NewRequest(msg))
+		if err == nil {
+			return resp.Msg, attempt, nil
+		}
+		e := apiError(err).(*Error)
+		callerContext(ctx, e)
+		wait, retry := c.retry.retryWait(attempt, e, idem)
+		if !retry || !sleep(ctx, wait) {
+			return nil, attempt, e
+		}
+	}
+}
+
+// callerContext makes a failure caused by the caller's context match that
+// context's error, also when the server noticed first: the deadline travels
+// with the call, so the server may answer DeadlineExceeded a moment before
+// the caller's own context expires.
+func callerContext(ctx context.Context, e *Error) {
+	switch {
+	case errors.Is(e, context.Canceled), errors.Is(e, context.DeadlineExceeded):
+	case e.Code == connect.CodeDeadlineExceeded && hasDeadline(ctx):
+		e.cause = errors.Join(e.cause, context.DeadlineExceeded)
+	case e.Code == connect.CodeCanceled && ctx.Err() != nil:
+		e.cause = errors.Join(e.cause, ctx.Err())
+	}
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
+}
+
+// sleep waits d, or less when ctx ends first; it reports whether the whole
+// wait passed. It does not start a wait that would outlast ctx's deadline.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

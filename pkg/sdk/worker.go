@@ -1,0 +1,621 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+)
+
+// Worker runs a tenant's activities: it polls one task queue, runs the
+// handler registered for each task's activity name, heartbeats while the
+// handler runs, and completes or fails the task. Register handlers with
+// Register, then call Run.
+type Worker struct {
+	client *Client
+	queue  string
+	opts   workerOptions
+	log    *slog.Logger
+
+	mu       sync.RWMutex
+	handlers map[string]handlerFunc
+	started  bool
+	// stopCalled: Stop was called, so its context (not StopTimeout) bounds
+	// the wait for running handlers.
+	stopCalled bool
+
+	stopping, hard       chan struct{} // closed to stop polling, to cancel handlers
+	stopOnce, hardOnce   sync.Once
+	done                 chan struct{} // closed when Run returns
+	defaultPollers       int
+	reportTimeout        time.Duration
+	minHeartbeatInterval time.Duration
+}
+
+// handlerFunc runs an activity on its JSON input and returns its JSON
+// result.
+type handlerFunc func(ctx context.Context, input []byte) ([]byte, error)
+
+// WorkerOption configures a Worker.
+type WorkerOption func(*workerOptions)
+
+type workerOptions struct {
+	concurrency int
+	lease       time.Duration
+	pollWait    time.Duration
+	identity    string
+	stopTimeout time.Duration
+	logger      *slog.Logger
+}
+
+// WithConcurrency bounds how many handlers run at once (default 8). The
+// worker polls only when it has room for a task.
+func WithConcurrency(n int) WorkerOption {
+	return func(o *workerOptions) { o.concurrency = n }
+}
+
+// WithLeaseDuration sets the lease asked for each task (1 second to 10
+// minutes; default 30 seconds): how long the task stays with this worker
+// without a heartbeat. The worker heartbeats every third of it.
+func WithLeaseDuration(d time.Duration) WorkerOption {
+	return func(o *workerOptions) { o.lease = d }
+}
+
+// WithPollWait sets how long one poll waits for a task (at most 60
+// seconds; default 30 seconds).
+func WithPollWait(d time.Duration) WorkerOption {
+	return func(o *workerOptions) { o.pollWait = d }
+}
+
+// WithIdentity names the worker in the server's logs (default
+// "hostname@pid").
+func WithIdentity(id string) WorkerOption {
+	return func(o *workerOptions) { o.identity = id }
+}
+
+// WithStopTimeout sets how long running handlers may finish once Run's
+// context ends (default 30 seconds); then their contexts are cancelled.
+// Stop uses its own context instead.
+func WithStopTimeout(d time.Duration) WorkerOption {
+	return func(o *workerOptions) { o.stopTimeout = d }
+}
+
+// WithLogger sets where the worker logs (default slog.Default()).
+func WithLogger(l *slog.Logger) WorkerOption {
+	return func(o *workerOptions) { o.logger = l }
+}
+
+// NewWorker returns a worker of the task queue, calling the API through c
+// (whose token needs the worker role).
+func NewWorker(c *Client, taskQueue string, opts ...WorkerOption) *Worker {
+	o := workerOptions{concurrency: 8, lease: 30 * time.Second, pollWait: 30 * time.Second, stopTimeout: 30 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.identity == "" {
+		host, _ := os.Hostname()
+		o.identity = fmt.Sprintf("%s@%d", host, os.Getpid())
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	return &Worker{
+		client:               c,
+		queue:                taskQueue,
+		opts:                 o,
+		log:                  o.logger.With(slog.String("task_queue", taskQueue)),
+		handlers:             map[string]handlerFunc{},
+		stopping:             make(chan struct{}),
+		hard:                 make(chan struct{}),
+		done:                 make(chan struct{}),
+		defaultPollers:       2,
+		reportTimeout:        30 * time.Second,
+		minHeartbeatInterval: 10 * time.Millisecond,
+	}
+}
+
+// Register registers fn as the handler of the activity name on w. The
+// task's input is decoded from JSON into an In (a null or empty input
+// leaves it zero), and fn's Out is encoded as the result. An input that
+// does not decode, or an output that does not encode, fails the task
+// without retry.
+//
+// fn's context is cancelled as soon as the task is lost (cancelled by the
+// orchestration, its instance deleted, its lease lapsed) or the worker
+// stops for good; fn should return then, and what it returns is dropped.
+// An error fn returns fails the attempt; the activity's retry policy
+// decides whether another follows, unless the error is NonRetryable. A
+// panic fails the attempt like an error.
+//
+// Register panics if name is empty or already registered.
+func Register[In, Out any](w *Worker, name string, fn func(ctx context.Context, in In) (Out, error)) {
+	w.register(name, func(ctx context.Context, input []byte) ([]byte, error) {
+		var in In
+		if len(input) > 0 {
+			if err := json.Unmarshal(input, &in); err != nil {
+				return nil, &ActivityError{
+					Kind: "InvalidInput", Message: fmt.Sprintf("activity %q: cannot decode its input into %T: %v", name, in, err), NonRetryable: true,
+				}
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, &ActivityError{
+				Kind: "InvalidOutput", Message: fmt.Sprintf("activity %q: cannot encode its output as JSON: %v", name, err), NonRetryable: true,
+			}
+		}
+		return b, nil
+	})
+}
+
+func (w *Worker) register(name string, h handlerFunc) {
+	if name == "" {
+		panic("sdk: Register: empty activity name")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.handlers[name]; dup {
+		panic(fmt.Sprintf("sdk: Register: activity %q registered twice", name))
+	}
+	w.handlers[name] = h
+}
+
+// ActivityError is an activity failure with a kind that definitions can
+// test (for example "InvalidInput") and JSON details. Any other error a
+// handler returns fails the attempt with its text and the server's default
+// kind.
+type ActivityError struct {
+	// Kind is machine-readable: 1 to 200 characters of [A-Za-z0-9._:@/-].
+	Kind string
+	// Message is for people.
+	Message string
+	// Details, when not nil, are sent encoded as JSON.
+	Details any
+	// NonRetryable fails the activity now, whatever its retry policy.
+	NonRetryable bool
+}
+
+func (e *ActivityError) Error() string {
+	if e.Kind == "" {
+		return e.Message
+	}
+	return e.Kind + ": " + e.Message
+}
+
+// NonRetryable marks err so that the attempt it fails is the activity's
+// last: the worker reports it as not retryable, whatever the activity's
+// retry policy. It returns nil for nil.
+func NonRetryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &nonRetryableError{err}
+}
+
+type nonRetryableError struct{ err error }
+
+func (e *nonRetryableError) Error() string { return e.err.Error() }
+func (e *nonRetryableError) Unwrap() error { return e.err }
+
+// IsNonRetryable reports whether err was marked by NonRetryable or is an
+// ActivityError with NonRetryable set.
+func IsNonRetryable(err error) bool {
+	var n *nonRetryableError
+	if errors.As(err, &n) {
+		return true
+	}
+	var ae *ActivityError
+	return errors.As(err, &ae) && ae.NonRetryable
+}
+
+// ActivityInfo describes the task a handler runs.
+type ActivityInfo struct {
+	// TaskQueue and Name: where the task came from and which activity.
+	TaskQueue, Name string
+	// InstanceID, ExecutionID and ActivityID identify the activity within
+	// its orchestration.
+	InstanceID              string
+	ExecutionID, ActivityID int64
+	// Attempt is 1 for the first attempt, one more at each retry.
+	Attempt int
+	// ScheduledAt is when the task was scheduled.
+	ScheduledAt time.Time
+}
+
+type activityInfoKey struct{}
+
+// ActivityInfoFrom returns the task of a handler's context.
+func ActivityInfoFrom(ctx context.Context) (ActivityInfo, bool) {
+	info, ok := ctx.Value(activityInfoKey{}).(ActivityInfo)
+	return info, ok
+}
+
+// errWorkerStopped is the cause of a handler's cancellation when the worker
+// stops before the handler returns.
+var errWorkerStopped = errors.New("sdk: the worker stopped")
+
+// Run polls the task queue and runs tasks until ctx ends or Stop is called,
+// then stops: it stops polling, lets the running handlers finish (for
+// StopTimeout after ctx ends, or until Stop's context ends), cancels those
+// still running, and returns once every handler has returned. A handler
+// cancelled this way leaves its task to another worker once the lease
+// lapses.
+//
+// Run returns nil after a stop, and an error when the worker cannot work:
+// the token is refused (ErrUnauthenticated, ErrPermissionDenied), or the
+// server rejects the task queue (ErrInvalidArgument). Other poll failures
+// are logged and retried with backoff. A Worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("sdk: Worker.Run called twice")
+	}
+	w.started = true
+	w.mu.Unlock()
+	defer close(w.done)
+
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
+	go func() {
+		select {
+		case <-w.stopping:
+			stopPolling()
+		case <-pollCtx.Done():
+		}
+	}()
+	// Handlers outlive ctx for the grace period.
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+
+	concurrency := max(w.opts.concurrency, 1)
+	slots := make(chan struct{}, concurrency)
+	var running, pollers sync.WaitGroup
+	var fatalOnce sync.Once
+	var fatal error
+	for range min(w.defaultPollers, concurrency) {
+		pollers.Go(func() {
+			if err := w.poll(pollCtx, handlerCtx, slots, &running); err != nil {
+				fatalOnce.Do(func() { fatal = err })
+				stopPolling()
+			}
+		})
+	}
+	pollers.Wait()
+
+	handlersDone := make(chan struct{})
+	go func() {
+		running.Wait()
+		close(handlersDone)
+	}()
+	w.mu.RLock()
+	stopCalled := w.stopCalled
+	w.mu.RUnlock()
+	var grace <-chan time.Time
+	if !stopCalled {
+		t := time.NewTimer(w.opts.stopTimeout)
+		defer t.Stop()
+		grace = t.C
+	}
+	select {
+	case <-handlersDone:
+	case <-grace:
+		w.log.Warn("sdk: worker stop timeout: cancelling the running handlers")
+		cancelHandlers(errWorkerStopped)
+	case <-w.hard:
+		w.log.Warn("sdk: worker stop deadline: cancelling the running handlers")
+		cancelHandlers(errWorkerStopped)
+	}
+	<-handlersDone
+	return fatal
+}
+
+// Stop stops a running worker: it stops polling and waits for the running
+// handlers to finish. When ctx ends first, it cancels their contexts,
+// waits for them to return, and returns ctx's error. Stop before Run makes
+// Run return at once.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	w.stopCalled = true
+	started := w.started
+	w.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stopping) })
+	if !started {
+		return nil
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		w.hardOnce.Do(func() { close(w.hard) })
+		<-w.done
+		return ctx.Err()
+	}
+}
+
+// pollBackoff spaces the polls after failures.
+var pollBackoff = RetryPolicy{InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second}
+
+// poll is one poller: take a slot, lease a task, run it in the slot. It
+// returns an error only when the worker cannot work at all.
+func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, running *sync.WaitGroup) error {
+	failures := 0
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		resp, err := call(ctx, w.client, notIdempotent, w.client.workers.PollActivityTask, &orchardv1.PollActivityTaskRequest{
+			TaskQueue: w.queue, Wait: duration(w.opts.pollWait), LeaseDuration: duration(w.opts.lease), WorkerIdentity: w.opts.identity,
+		})
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return nil
+			}
+			var e *Error
+			if errors.As(err, &e) {
+				switch e.Code {
+				case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeUnimplemented:
+					w.log.Error("sdk: worker cannot poll", slog.Any("error", err))
+					return fmt.Errorf("sdk: worker of task queue %q: %w", w.queue, err)
+				}
+			}
+			failures++
+			wait := pollBackoff.backoff(failures)
+			if e != nil {
+				wait = max(wait, e.RetryAfter)
+			}
+			w.log.Warn("sdk: poll failed", slog.Any("error", err), slog.Duration("retry_in", wait))
+			if !sleep(ctx, wait) {
+				return nil
+			}
+			continue
+		}
+		failures = 0
+		task := resp.GetTask()
+		if task == nil {
+			<-slots
+			continue
+		}
+		running.Go(func() {
+			defer func() { <-slots }()
+			w.execute(handlerCtx, task)
+		})
+	}
+}
+
+// execute runs one task: the handler under a context that a lost lease
+// cancels, heartbeats meanwhile, then the report.
+func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
+	info := ActivityInfo{
+		TaskQueue: t.GetTaskQueue(), Name: t.GetName(), InstanceID: t.GetInstanceId(), ExecutionID: t.GetExecutionId(),
+		ActivityID: t.GetActivityId(), Attempt: int(t.GetAttempt()), ScheduledAt: fromTimestamp(t.GetCreatedAt()),
+	}
+	log := w.log.With(slog.String("instance", info.InstanceID), slog.Int64("activity_id", info.ActivityID),
+		slog.String("activity", info.Name), slog.Int("attempt", info.Attempt))
+	ctx, cancel := context.WithCancelCause(context.WithValue(base, activityInfoKey{}, info))
+	defer cancel(nil)
+
+	expires := fromTimestamp(t.GetLeaseExpiresAt())
+	if expires.IsZero() {
+		expires = time.Now().Add(w.opts.lease)
+	}
+	stopBeats := make(chan struct{})
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		w.heartbeat(base, t.GetTaskToken(), expires, stopBeats, cancel, log)
+	}()
+	result, err := w.invoke(ctx, t.GetName(), t.GetInput())
+	close(stopBeats)
+	<-beatsDone
+
+	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+		log.Info("sdk: task lost while its handler ran; its outcome is dropped", slog.Any("cause", cause))
+		return
+	}
+	if err != nil && base.Err() != nil {
+		// The worker stopped and cancelled the handler: the task goes to
+		// another worker when its lease lapses, without using an attempt.
+		log.Info("sdk: handler cancelled by the worker's stop; the task is left to its lease", slog.Any("error", err))
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(base), w.reportTimeout)
+	defer rcancel()
+	if err == nil {
+		w.complete(rctx, t.GetTaskToken(), result, log)
+		return
+	}
+	w.fail(rctx, t.GetTaskToken(), err, log)
+}
+
+// invoke runs the handler of an activity, turning a panic into an error.
+func (w *Worker) invoke(ctx context.Context, name string, input []byte) (result []byte, err error) {
+	w.mu.RLock()
+	h, ok := w.handlers[name]
+	var known []string
+	if !ok {
+		for n := range w.handlers {
+			known = append(known, n)
+		}
+	}
+	w.mu.RUnlock()
+	if !ok {
+		slices.Sort(known)
+		return nil, &ActivityError{
+			Kind: "UnknownActivity",
+			Message: fmt.Sprintf("no handler for activity %q on task queue %q (worker %s handles %s)",
+				name, w.queue, w.opts.identity, describe(known)),
+			NonRetryable: true,
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &ActivityError{
+				Kind: "Panic", Message: fmt.Sprintf("activity %q panicked: %v", name, r),
+				Details: map[string]string{"stack": truncate(string(debug.Stack()), 16<<10)},
+			}
+		}
+	}()
+	return h(ctx, input)
+}
+
+func describe(names []string) string {
+	if len(names) == 0 {
+		return "no activity"
+	}
+	return strings.Join(names, ", ")
+}
+
+// heartbeat renews the task's lease every third of what is left of it,
+// until stop closes. A heartbeat the server refuses (the task was cancelled
+// or lost), or heartbeats failing until the lease has run out, cancel the
+// handler with a cause that matches ErrLeaseLost.
+func (w *Worker) heartbeat(base context.Context, token string, expires time.Time, stop <-chan struct{}, lost context.CancelCauseFunc, log *slog.Logger) {
+	next := func() time.Duration { return max(time.Until(expires)/3, w.minHeartbeatInterval) }
+	timer := time.NewTimer(next())
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-base.Done():
+			return
+		case <-timer.C:
+		}
+		cctx, cancel := context.WithDeadline(base, expires)
+		resp, err := w.client.workers.HeartbeatActivityTask(cctx, connect.NewRequest(&orchardv1.HeartbeatActivityTaskRequest{
+			TaskToken: token, LeaseDuration: duration(w.opts.lease),
+		}))
+		cancel()
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if base.Err() != nil {
+			return
+		}
+		if err == nil {
+			if e := fromTimestamp(resp.Msg.GetLeaseExpiresAt()); !e.IsZero() {
+				expires = e
+			}
+			timer.Reset(next())
+			continue
+		}
+		e := apiError(err)
+		if errors.Is(e, ErrFailedPrecondition) || errors.Is(e, ErrNotFound) {
+			lost(fmt.Errorf("%w: the heartbeat was refused: %w", ErrLeaseLost, e))
+			return
+		}
+		if !time.Now().Before(expires) {
+			lost(fmt.Errorf("%w: heartbeats failed until the lease ran out: %w", ErrLeaseLost, e))
+			return
+		}
+		log.Warn("sdk: heartbeat failed; trying again before the lease runs out", slog.Any("error", e))
+		timer.Reset(next())
+	}
+}
+
+// complete reports a result. A result the server refuses (too large, not
+// JSON) fails the task instead, not retryably.
+func (w *Worker) complete(ctx context.Context, token string, result []byte, log *slog.Logger) {
+	_, err := call(ctx, w.client, idempotent, w.client.workers.CompleteActivityTask,
+		&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: result})
+	if err == nil {
+		return
+	}
+	if refused(err) {
+		log.Warn("sdk: the result was refused; failing the task", slog.Any("error", err))
+		w.fail(ctx, token, &ActivityError{Kind: "InvalidOutput", Message: "the result was refused: " + err.Error(), NonRetryable: true}, log)
+		return
+	}
+	w.reportFailed(err, "result", log)
+}
+
+// fail reports a failed attempt. A failure the server refuses (details too
+// large, a malformed kind) is reported again with its message only.
+func (w *Worker) fail(ctx context.Context, token string, cause error, log *slog.Logger) {
+	f, retryable := failureOf(cause)
+	_, err := call(ctx, w.client, idempotent, w.client.workers.FailActivityTask,
+		&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
+	if err != nil && refused(err) {
+		log.Warn("sdk: the failure was refused; reporting its message only", slog.Any("error", err))
+		f = &orchardv1.ActivityFailure{Message: f.GetMessage()}
+		_, err = call(ctx, w.client, idempotent, w.client.workers.FailActivityTask,
+			&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
+	}
+	if err != nil {
+		w.reportFailed(err, "failure", log)
+	}
+}
+
+func (w *Worker) reportFailed(err error, what string, log *slog.Logger) {
+	if errors.Is(err, ErrFailedPrecondition) {
+		log.Info("sdk: task lost before its "+what+" was reported; it is dropped", slog.Any("error", err))
+		return
+	}
+	log.Error("sdk: could not report the task's "+what+"; it goes to another worker when its lease lapses", slog.Any("error", err))
+}
+
+// refused reports a server's refusal of a report's content (rather than
+// of the task): retrying the same report cannot help.
+func refused(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code == connect.CodeInvalidArgument || e.Code == connect.CodeResourceExhausted && e.RetryAfter == 0
+}
+
+var kindPattern = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,200}$`)
+
+// failureOf turns a handler's error into the failure to report.
+func failureOf(err error) (*orchardv1.ActivityFailure, bool) {
+	f := &orchardv1.ActivityFailure{Message: truncate(err.Error(), 4096)}
+	if f.Message == "" {
+		f.Message = "the activity failed"
+	}
+	var ae *ActivityError
+	if errors.As(err, &ae) {
+		if kindPattern.MatchString(ae.Kind) {
+			f.Kind = ae.Kind
+		}
+		if ae.Details != nil {
+			if b, jerr := json.Marshal(ae.Details); jerr == nil {
+				f.Details = b
+			}
+		}
+	}
+	return f, !IsNonRetryable(err)
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,393 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
+)
+
+// Long polls: the default and longest waits (the protos' bounds).
+const (
+	defaultLongPoll = 30 * time.Second
+	maxLongPoll     = 60 * time.Second
+	// deadlineMargin is kept from a caller's deadline so that the answer
+	// reaches it before it gives up.
+	deadlineMargin = 50 * time.Millisecond
+)
+
+type clientService struct{ s *Server }
+
+var _ orchardv1connect.ClientServiceHandler = (*clientService)(nil)
+
+// payload checks a JSON payload field: valid JSON (empty means null) and
+// within the tenant's size limit.
+func payload(field string, data []byte, limits tenancy.Limits) (json.RawMessage, error) {
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(data) {
+		return nil, fieldError(field, "not a JSON document")
+	}
+	if err := limits.CheckPayload(len(data)); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Request[orchardv1.StartOrchestrationRequest]) (*connect.Response[orchardv1.StartOrchestrationResponse], error) {
+	t := tenantOf(ctx)
+	m := req.Msg
+	input, err := payload("input", m.Input, t.limits)
+	if err != nil {
+		return nil, err
+	}
+	def, err := c.s.store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: t.TenantID, Name: m.Name, Version: m.Version})
+	if err != nil {
+		return nil, err
+	}
+	running, err := c.s.store.CountInstances(ctx, &store.CountInstancesParams{
+		TenantID: t.TenantID, Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusRunning}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := t.limits.CheckRunningInstances(running.Total); err != nil {
+		return nil, err
+	}
+	kind, start, err := engine.EncodeMessage(engine.StartMessage{Input: input})
+	if err != nil {
+		return nil, err
+	}
+	id := m.InstanceId
+	if id == "" {
+		id = uuid.NewString()
+	}
+	p := &store.StartOrchestrationParams{
+		TenantID: t.TenantID, InstanceID: id, Name: def.Name, Version: def.Version,
+		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start},
+	}
+	if m.Retention != nil {
+		d := retentionFromDuration(m.Retention)
+		p.Retention = &store.Retention{Completed: d, Failed: d, Cancelled: d}
+	}
+	res, err := c.s.store.StartOrchestration(ctx, p)
+	if errors.Is(err, store.ErrAlreadyExists) && m.InstanceId != "" {
+		// A retry of the same start answers with the instance it started.
+		in, gerr := c.s.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: t.TenantID, InstanceID: id})
+		if gerr == nil && in.Name == def.Name && (m.Version == "" || in.Version == def.Version) &&
+			in.CurrentExecutionID == 1 && bytes.Equal(in.Input, input) {
+			return connect.NewResponse(&orchardv1.StartOrchestrationResponse{
+				InstanceId: id, ExecutionId: 1, CreatedAt: timestamp(in.CreatedAt),
+			}), nil
+		}
+		return nil, fmt.Errorf("instance %q exists with another name or input: %w", id, store.ErrAlreadyExists)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.StartOrchestrationResponse{
+		InstanceId: id, ExecutionId: res.ExecutionID, CreatedAt: timestamp(res.CreatedAt),
+	}), nil
+}
+
+func (c *clientService) enqueue(ctx context.Context, instanceID string, msg engine.Message) error {
+	kind, body, err := engine.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	_, err = c.s.store.Enqueue(ctx, &store.EnqueueParams{
+		TenantID: tenantOf(ctx).TenantID, InstanceID: instanceID, Message: store.Message{Kind: kind, Payload: body},
+	})
+	return err
+}
+
+func (c *clientService) RaiseEvent(ctx context.Context, req *connect.Request[orchardv1.RaiseEventRequest]) (*connect.Response[orchardv1.RaiseEventResponse], error) {
+	data, err := payload("payload", req.Msg.Payload, tenantOf(ctx).limits)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.enqueue(ctx, req.Msg.InstanceId, engine.EventRaisedMessage{Name: req.Msg.Name, Payload: data}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.RaiseEventResponse{}), nil
+}
+
+func (c *clientService) CancelInstance(ctx context.Context, req *connect.Request[orchardv1.CancelInstanceRequest]) (*connect.Response[orchardv1.CancelInstanceResponse], error) {
+	if err := c.enqueue(ctx, req.Msg.InstanceId, engine.CancelMessage{Reason: req.Msg.Reason}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.CancelInstanceResponse{}), nil
+}
+
+func (c *clientService) getInstance(ctx context.Context, id string) (*store.Instance, error) {
+	return c.s.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: tenantOf(ctx).TenantID, InstanceID: id})
+}
+
+func (c *clientService) GetInstance(ctx context.Context, req *connect.Request[orchardv1.GetInstanceRequest]) (*connect.Response[orchardv1.GetInstanceResponse], error) {
+	in, err := c.getInstance(ctx, req.Msg.InstanceId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.GetInstanceResponse{Instance: instanceToProto(in)}), nil
+}
+
+// longPollDeadline is when a long poll of wait (nil: the default) must
+// answer: no later than the caller's own deadline, less a margin.
+func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time {
+	d := defaultLongPoll
+	if wait != nil {
+		d = min(wait.AsDuration(), maxLongPoll)
+	}
+	deadline := time.Now().Add(d)
+	if cd, ok := ctx.Deadline(); ok && cd.Add(-deadlineMargin).Before(deadline) {
+		deadline = cd.Add(-deadlineMargin)
+	}
+	return deadline
+}
+
+// pollUntil calls try, with waits doubling from MinPoll to MaxPoll between
+// calls, until it reports done, the deadline passes, the server drains or
+// ctx ends (then ctx's error). It reports whether try was done.
+func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (bool, error)) (bool, error) {
+	wait := s.cfg.MinPoll
+	s.longPolls.Add(1)
+	defer s.longPolls.Add(-1)
+	for {
+		done, err := try()
+		if err != nil || done {
+			return done, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-s.draining:
+			t.Stop()
+			return false, nil
+		case <-t.C:
+		}
+		wait = min(wait*2, s.cfg.MaxPoll)
+	}
+}
+
+func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Request[orchardv1.WaitForCompletionRequest]) (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+	deadline := longPollDeadline(ctx, req.Msg.Timeout)
+	var in *store.Instance
+	done, err := c.s.pollUntil(ctx, deadline, func() (bool, error) {
+		var err error
+		in, err = c.getInstance(ctx, req.Msg.InstanceId)
+		return err == nil && in.Status.Terminal(), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.WaitForCompletionResponse{Instance: instanceToProto(in), Done: done}), nil
+}
+
+func (c *clientService) GetHistory(ctx context.Context, req *connect.Request[orchardv1.GetHistoryRequest]) (*connect.Response[orchardv1.GetHistoryResponse], error) {
+	m := req.Msg
+	exec := m.ExecutionId
+	if exec == 0 {
+		in, err := c.getInstance(ctx, m.InstanceId)
+		if err != nil {
+			return nil, err
+		}
+		exec = in.CurrentExecutionID
+	}
+	size := pageSize(m.PageSize)
+	events, err := c.s.store.GetHistory(ctx, &store.GetHistoryParams{
+		TenantID: tenantOf(ctx).TenantID, InstanceID: m.InstanceId, ExecutionID: exec,
+		AfterEventID: m.AfterEventId, Limit: size + 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchardv1.GetHistoryResponse{ExecutionId: exec}
+	if len(events) > size {
+		events = events[:size]
+		resp.NextAfterEventId = events[size-1].EventID
+	}
+	for _, e := range events {
+		resp.Events = append(resp.Events, &orchardv1.HistoryEvent{
+			EventId: e.EventID, Kind: e.Kind, Payload: e.Payload, CreatedAt: timestamp(e.CreatedAt),
+		})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// pageSize applies the default page size to a validated one.
+func pageSize(n int32) int {
+	if n == 0 {
+		return store.DefaultListLimit
+	}
+	return int(n)
+}
+
+func (c *clientService) ListExecutions(ctx context.Context, req *connect.Request[orchardv1.ListExecutionsRequest]) (*connect.Response[orchardv1.ListExecutionsResponse], error) {
+	execs, err := c.s.store.ListExecutions(ctx, &store.ListExecutionsParams{TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId})
+	if err != nil {
+		return nil, err
+	}
+	if len(execs) == 0 {
+		// Every instance has a current execution: none means no instance.
+		if _, err := c.getInstance(ctx, req.Msg.InstanceId); err != nil {
+			return nil, err
+		}
+	}
+	resp := &orchardv1.ListExecutionsResponse{}
+	for i := range execs {
+		resp.Executions = append(resp.Executions, executionToProto(&execs[i]))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (c *clientService) ListInstances(ctx context.Context, req *connect.Request[orchardv1.ListInstancesRequest]) (*connect.Response[orchardv1.ListInstancesResponse], error) {
+	t := tenantOf(ctx)
+	m := req.Msg
+	const procedure = orchardv1connect.ClientServiceListInstancesProcedure
+	query := queryDigest(m.GetFilter(), &orchardv1.ListInstancesRequest{Order: m.Order})
+	p := &store.ListInstancesParams{
+		TenantID: t.TenantID, Filter: filterFromProto(m.Filter), Order: orderFromProto[m.Order], Limit: pageSize(m.PageSize),
+	}
+	if m.PageToken != "" {
+		tok, err := c.s.tokens.openPage(procedure, t.TenantID, m.PageToken, query)
+		if err != nil {
+			return nil, err
+		}
+		p.Cursor = tok.Cursor
+	}
+	res, err := c.s.store.ListInstances(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchardv1.ListInstancesResponse{}
+	for i := range res.Instances {
+		resp.Instances = append(resp.Instances, instanceToProto(&res.Instances[i]))
+	}
+	if res.NextCursor != "" {
+		if resp.NextPageToken, err = c.s.tokens.sealPage(procedure, t.TenantID, pageToken{Query: query, Cursor: res.NextCursor}); err != nil {
+			return nil, err
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (c *clientService) CountInstances(ctx context.Context, req *connect.Request[orchardv1.CountInstancesRequest]) (*connect.Response[orchardv1.CountInstancesResponse], error) {
+	res, err := c.s.store.CountInstances(ctx, &store.CountInstancesParams{TenantID: tenantOf(ctx).TenantID, Filter: filterFromProto(req.Msg.Filter)})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.CountInstancesResponse{Total: res.Total, ByStatus: statusCounts(res.ByStatus)}), nil
+}
+
+func (c *clientService) GetInstanceTree(ctx context.Context, req *connect.Request[orchardv1.GetInstanceTreeRequest]) (*connect.Response[orchardv1.GetInstanceTreeResponse], error) {
+	tree, err := c.s.store.GetInstanceTree(ctx, &store.GetInstanceTreeParams{TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.GetInstanceTreeResponse{RootInstanceId: tree.RootID, InstanceIds: tree.IDs}), nil
+}
+
+func (c *clientService) DeleteInstance(ctx context.Context, req *connect.Request[orchardv1.DeleteInstanceRequest]) (*connect.Response[orchardv1.DeleteInstanceResponse], error) {
+	res, err := c.s.store.DeleteInstance(ctx, &store.DeleteInstanceParams{
+		TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Force: req.Msg.Force,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.InstancesDeleted == 0 {
+		return nil, fmt.Errorf("instance %q: %w", req.Msg.InstanceId, store.ErrNotFound)
+	}
+	return connect.NewResponse(&orchardv1.DeleteInstanceResponse{Counts: deleteCounts(*res)}), nil
+}
+
+// bulkFilter ANDs a bulk request's own criteria into its filter.
+func bulkFilter(f *orchardv1.InstanceFilter, ids []string, completedBefore *timestamppb.Timestamp) store.InstanceFilter {
+	out := filterFromProto(f)
+	if len(ids) > 0 {
+		if out.InstanceIDs == nil {
+			out.InstanceIDs = ids
+		} else {
+			want := map[string]bool{}
+			for _, id := range ids {
+				want[id] = true
+			}
+			both := []string{}
+			for _, id := range out.InstanceIDs {
+				if want[id] {
+					both = append(both, id)
+				}
+			}
+			out.InstanceIDs = both
+		}
+	}
+	if cb := fromTimestamp(completedBefore); !cb.IsZero() && (out.CompletedBefore.IsZero() || cb.Before(out.CompletedBefore)) {
+		out.CompletedBefore = cb
+	}
+	return out
+}
+
+func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Request[orchardv1.DeleteInstancesRequest]) (*connect.Response[orchardv1.DeleteInstancesResponse], error) {
+	m := req.Msg
+	filter := bulkFilter(m.Filter, m.InstanceIds, m.CompletedBefore)
+	if filter.InstanceIDs != nil && len(filter.InstanceIDs) == 0 {
+		// instance_ids and filter.instance_ids have nothing in common.
+		return connect.NewResponse(&orchardv1.DeleteInstancesResponse{Counts: &orchardv1.DeleteCounts{}, Complete: true}), nil
+	}
+	res, err := c.s.store.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
+		TenantID: tenantOf(ctx).TenantID, Filter: filter, Limit: int(m.Limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchardv1.DeleteInstancesResponse{Counts: deleteCounts(res.DeleteResult), Complete: res.Complete}
+	if !res.Complete {
+		resp.Next = proto.CloneOf(m)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (c *clientService) PruneExecutions(ctx context.Context, req *connect.Request[orchardv1.PruneExecutionsRequest]) (*connect.Response[orchardv1.PruneExecutionsResponse], error) {
+	res, err := c.s.store.PruneExecutions(ctx, &store.PruneExecutionsParams{
+		TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Options: pruneOptions(req.Msg.Options),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.PruneExecutionsResponse{Counts: pruneCounts(*res)}), nil
+}
+
+func (c *clientService) PruneExecutionsBulk(ctx context.Context, req *connect.Request[orchardv1.PruneExecutionsBulkRequest]) (*connect.Response[orchardv1.PruneExecutionsBulkResponse], error) {
+	m := req.Msg
+	res, err := c.s.store.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
+		TenantID: tenantOf(ctx).TenantID, Filter: filterFromProto(m.Filter), Options: pruneOptions(m.Options), Limit: int(m.Limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchardv1.PruneExecutionsBulkResponse{Counts: pruneCounts(res.PruneResult), Complete: res.Complete}
+	if !res.Complete {
+		resp.Next = proto.CloneOf(m)
+	}
+	return connect.NewResponse(resp), nil
+}

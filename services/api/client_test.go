@@ -1,0 +1,277 @@
+package api_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+)
+
+// TestClientService walks every ClientService RPC through its happy path
+// and main error codes, with a dispatcher running the instances.
+func TestClientService(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acme := e.tenant("acme", nil, quickDef, waiterDef, loopDef)
+	e.dispatch()
+	c := e.clients(e.token(acme, tenancy.RoleClient))
+	ctx := t.Context()
+
+	// Start: a picked id, pinned to the latest version; unknown definition.
+	started, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{
+		Name: "quick", Input: []byte(`{"x":1}`), Tags: map[string]string{"team": "a"},
+		Retention: durationpb.New(time.Hour),
+	}))
+	require.NoError(t, err)
+	require.Len(t, started.Msg.InstanceId, 36)
+	require.Equal(t, int64(1), started.Msg.ExecutionId)
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "nope"}))
+	requireCode(t, err, connect.CodeNotFound, "nope")
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", Version: "9"}))
+	requireCode(t, err, connect.CodeNotFound)
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", Input: []byte(`{not json`)}))
+	requireCode(t, err, connect.CodeInvalidArgument, "input")
+
+	// WaitForCompletion and GetInstance.
+	done := c.waitDone(t, started.Msg.InstanceId)
+	require.Equal(t, orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED, done.Status)
+	require.JSONEq(t, `{"x":1}`, string(done.Output))
+	got, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: started.Msg.InstanceId}))
+	require.NoError(t, err)
+	require.Equal(t, "quick", got.Msg.Instance.Name)
+	require.Equal(t, "1", got.Msg.Instance.Version)
+	require.Equal(t, map[string]string{"team": "a"}, got.Msg.Instance.Tags)
+	require.Equal(t, time.Hour, got.Msg.Instance.Retention.AsDuration())
+	require.NotNil(t, got.Msg.Instance.CompletedAt)
+	_, err = c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+	_, err = c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+
+	// RaiseEvent reaches a waiting instance; CancelInstance ends another.
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: "w1"}))
+	require.NoError(t, err)
+	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "w1", Name: "go", Payload: []byte(`"hi"`)}))
+	require.NoError(t, err)
+	require.JSONEq(t, `"hi"`, string(c.waitDone(t, "w1").Output))
+	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "missing", Name: "go"}))
+	requireCode(t, err, connect.CodeNotFound)
+	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "w1", Name: "go", Payload: []byte(`{`)}))
+	requireCode(t, err, connect.CodeInvalidArgument, "payload")
+
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: "w2"}))
+	require.NoError(t, err)
+	// Not terminal: DeleteInstance without force refuses.
+	_, err = c.client.DeleteInstance(ctx, req(&orchardv1.DeleteInstanceRequest{InstanceId: "w2"}))
+	requireCode(t, err, connect.CodeFailedPrecondition)
+	_, err = c.client.CancelInstance(ctx, req(&orchardv1.CancelInstanceRequest{InstanceId: "w2", Reason: "enough"}))
+	require.NoError(t, err)
+	cancelled := c.waitDone(t, "w2")
+	require.Equal(t, orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED, cancelled.Status)
+	_, err = c.client.CancelInstance(ctx, req(&orchardv1.CancelInstanceRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+
+	// GetHistory pages through the current execution.
+	var events []*orchardv1.HistoryEvent
+	after := int64(0)
+	for {
+		h, err := c.client.GetHistory(ctx, req(&orchardv1.GetHistoryRequest{InstanceId: "w1", AfterEventId: after, PageSize: 1}))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), h.Msg.ExecutionId)
+		events = append(events, h.Msg.Events...)
+		if h.Msg.NextAfterEventId == 0 {
+			break
+		}
+		after = h.Msg.NextAfterEventId
+	}
+	require.Greater(t, len(events), 1)
+	for i, ev := range events {
+		require.Equal(t, int64(i+1), ev.EventId)
+	}
+	_, err = c.client.GetHistory(ctx, req(&orchardv1.GetHistoryRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+
+	// Continue-as-new: executions, prune, bulk prune.
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "loop", InstanceId: "l1", Input: []byte(`{"n":0}`)}))
+	require.NoError(t, err)
+	require.JSONEq(t, `3`, string(c.waitDone(t, "l1").Output))
+	execs, err := c.client.ListExecutions(ctx, req(&orchardv1.ListExecutionsRequest{InstanceId: "l1"}))
+	require.NoError(t, err)
+	require.Len(t, execs.Msg.Executions, 4)
+	require.Equal(t, orchardv1.InstanceStatus_INSTANCE_STATUS_CONTINUED_AS_NEW, execs.Msg.Executions[0].Status)
+	_, err = c.client.ListExecutions(ctx, req(&orchardv1.ListExecutionsRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+	pruned, err := c.client.PruneExecutions(ctx, req(&orchardv1.PruneExecutionsRequest{InstanceId: "l1", Options: &orchardv1.PruneOptions{KeepLast: 2}}))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), pruned.Msg.Counts.ExecutionsDeleted)
+	_, err = c.client.PruneExecutions(ctx, req(&orchardv1.PruneExecutionsRequest{InstanceId: "missing", Options: &orchardv1.PruneOptions{KeepLast: 2}}))
+	requireCode(t, err, connect.CodeNotFound)
+	bulkPruned, err := c.client.PruneExecutionsBulk(ctx, req(&orchardv1.PruneExecutionsBulkRequest{
+		Filter: &orchardv1.InstanceFilter{Name: "loop"}, Options: &orchardv1.PruneOptions{KeepLast: 1},
+	}))
+	require.NoError(t, err)
+	require.True(t, bulkPruned.Msg.Complete)
+	require.Nil(t, bulkPruned.Msg.Next)
+	require.Equal(t, int64(1), bulkPruned.Msg.Counts.ExecutionsDeleted)
+
+	// ListInstances pages with tokens; CountInstances counts by status.
+	seen := map[string]bool{}
+	token := ""
+	for {
+		page, err := c.client.ListInstances(ctx, req(&orchardv1.ListInstancesRequest{
+			PageSize: 2, PageToken: token, Order: orchardv1.InstanceOrder_INSTANCE_ORDER_CREATED_ASC,
+		}))
+		require.NoError(t, err)
+		for _, in := range page.Msg.Instances {
+			require.False(t, seen[in.InstanceId])
+			seen[in.InstanceId] = true
+		}
+		if token = page.Msg.NextPageToken; token == "" {
+			break
+		}
+	}
+	require.Len(t, seen, 4)
+	// A token only works with the criteria it was issued for.
+	page, err := c.client.ListInstances(ctx, req(&orchardv1.ListInstancesRequest{PageSize: 1}))
+	require.NoError(t, err)
+	require.NotEmpty(t, page.Msg.NextPageToken)
+	_, err = c.client.ListInstances(ctx, req(&orchardv1.ListInstancesRequest{PageSize: 1, PageToken: page.Msg.NextPageToken,
+		Filter: &orchardv1.InstanceFilter{Name: "quick"}}))
+	requireCode(t, err, connect.CodeInvalidArgument, "page_token")
+	_, err = c.client.ListInstances(ctx, req(&orchardv1.ListInstancesRequest{PageToken: page.Msg.NextPageToken + "x"}))
+	requireCode(t, err, connect.CodeInvalidArgument, "page_token")
+
+	counts, err := c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	require.NoError(t, err)
+	require.Equal(t, int64(4), counts.Msg.Total)
+	require.Equal(t, int64(3), counts.Msg.ByStatus.Completed)
+	require.Equal(t, int64(1), counts.Msg.ByStatus.Cancelled)
+	counts, err = c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{Filter: &orchardv1.InstanceFilter{Tags: map[string]string{"team": "a"}}}))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), counts.Msg.Total)
+
+	// GetInstanceTree of a root without children.
+	tree, err := c.client.GetInstanceTree(ctx, req(&orchardv1.GetInstanceTreeRequest{InstanceId: "w1"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"w1"}, tree.Msg.InstanceIds)
+	_, err = c.client.GetInstanceTree(ctx, req(&orchardv1.GetInstanceTreeRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+
+	// DeleteInstance, then NotFound; DeleteInstances resumes until complete.
+	del, err := c.client.DeleteInstance(ctx, req(&orchardv1.DeleteInstanceRequest{InstanceId: "w2"}))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), del.Msg.Counts.InstancesDeleted)
+	_, err = c.client.DeleteInstance(ctx, req(&orchardv1.DeleteInstanceRequest{InstanceId: "w2"}))
+	requireCode(t, err, connect.CodeNotFound)
+	bulk := &orchardv1.DeleteInstancesRequest{CompletedBefore: timestamppb.New(time.Now().Add(time.Minute)), Limit: 1}
+	var deleted int64
+	for calls := 0; ; calls++ {
+		require.Less(t, calls, 10)
+		res, err := c.client.DeleteInstances(ctx, req(bulk))
+		require.NoError(t, err)
+		deleted += res.Msg.Counts.InstancesDeleted
+		if res.Msg.Complete {
+			require.Nil(t, res.Msg.Next)
+			break
+		}
+		bulk = res.Msg.Next
+	}
+	require.Equal(t, int64(3), deleted)
+	counts, err = c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	require.NoError(t, err)
+	require.Zero(t, counts.Msg.Total)
+}
+
+// TestStartIdempotent: retrying a start with the same id, name and input
+// answers with the instance; another name or input is AlreadyExists.
+func TestStartIdempotent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acme := e.tenant("acme", nil, quickDef, waiterDef)
+	c := e.grpcClients(e.token(acme, tenancy.RoleClient))
+	ctx := t.Context()
+	first, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", InstanceId: "i1", Input: []byte(`{"a":1}`)}))
+	require.NoError(t, err)
+	again, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", InstanceId: "i1", Input: []byte(`{"a":1}`)}))
+	require.NoError(t, err)
+	require.Equal(t, first.Msg.InstanceId, again.Msg.InstanceId)
+	require.True(t, first.Msg.CreatedAt.AsTime().Equal(again.Msg.CreatedAt.AsTime()))
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", InstanceId: "i1", Input: []byte(`{"a":2}`)}))
+	requireCode(t, err, connect.CodeAlreadyExists)
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: "i1", Input: []byte(`{"a":1}`)}))
+	requireCode(t, err, connect.CodeAlreadyExists)
+	counts, err := c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), counts.Msg.Total)
+}
+
+// TestLimits: the running-instance quota and the payload limit answer
+// ResourceExhausted for one tenant while another is unaffected; the request
+// rate too, with a retry hint.
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	small := e.tenant("small", &tenancy.Limits{MaxRunningInstances: 2, MaxPayloadBytes: 16}, waiterDef)
+	big := e.tenant("big", nil, waiterDef)
+	cs, cb := e.clients(e.token(small, tenancy.RoleClient)), e.clients(e.token(big, tenancy.RoleClient))
+	ctx := t.Context()
+	for range 2 {
+		_, err := cs.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter"}))
+		require.NoError(t, err)
+	}
+	_, err := cs.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter"}))
+	requireCode(t, err, connect.CodeResourceExhausted, "running_instances")
+	for range 3 {
+		_, err := cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter"}))
+		require.NoError(t, err)
+	}
+	// Payload: over the tenant's limit, under the API's bound.
+	_, err = cs.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "x", Name: "go", Payload: []byte(`"0123456789abcdef"`)}))
+	requireCode(t, err, connect.CodeResourceExhausted, "payload_bytes")
+	_, err = cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", Input: []byte(`"0123456789abcdef"`)}))
+	require.NoError(t, err)
+}
+
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	slow := e.tenant("slow", &tenancy.Limits{RequestsPerSecond: 0.01, Burst: 3})
+	fast := e.tenant("fast", nil)
+	cs, cf := e.clients(e.token(slow, tenancy.RoleClient)), e.clients(e.token(fast, tenancy.RoleClient))
+	ctx := t.Context()
+	for range 3 {
+		_, err := cs.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+		require.NoError(t, err)
+	}
+	_, err := cs.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests", "retry after")
+	var ce *connect.Error
+	require.ErrorAs(t, err, &ce)
+	var hint bool
+	for _, d := range ce.Details() {
+		if d.Type() == "google.rpc.RetryInfo" {
+			hint = true
+		}
+	}
+	require.True(t, hint, "no RetryInfo detail")
+	for range 10 {
+		_, err := cf.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+		require.NoError(t, err)
+	}
+}
+
+// jsonEq is a helper for JSON payload comparisons.
+func jsonEq(t *testing.T, want string, got []byte) {
+	t.Helper()
+	var a, b any
+	require.NoError(t, json.Unmarshal([]byte(want), &a))
+	require.NoError(t, json.Unmarshal(got, &b))
+	require.Equal(t, a, b)
+}

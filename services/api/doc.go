@@ -1,0 +1,20 @@
+// Package api serves Orchard's public API (proto/orchard/v1): the Client,
+// Worker, Definition, Tenant and Admin services over Connect, gRPC and
+// gRPC-Web on one port, with gRPC health and reflection beside them.
+//
+// Every call passes the same chain of interceptors, outermost first:
+// telemetry (OpenTelemetry through otelconnect), the error mapping and the
+// call's log line, authentication (a Bearer JWT verified by
+// tenancy.Verifier), authorization by procedure (the table in authz.go),
+// the tenant's state and request rate, and request validation
+// (protovalidate). Handlers then act on the tenant of the verified token
+// and nothing else; only Admin calls name tenants in their requests.
+//
+// Domain errors (store sentinels, tenancy errors) become Connect codes in
+// exactly one function, connectError; anything it does not know becomes
+// Internal with a generic message, its detail only logged.
+//
+// This package must never take a tenant from a request body outside the
+// Admin service, never write SQL (everything goes through pkg/store), never
+// send a database error's text to a client, and never log a token.
+package api

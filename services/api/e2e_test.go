@@ -1,0 +1,160 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+)
+
+// apiWorker runs loops that poll q through the WorkerService and complete
+// each task with {"echo": input}, until ctx ends.
+func apiWorker(ctx context.Context, c *clients, q string, loops int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range loops {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				res, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{
+					TaskQueue: q, Wait: durationpb.New(time.Second), WorkerIdentity: "e2e",
+				}))
+				if err != nil || res.Msg.Task == nil {
+					continue
+				}
+				task := res.Msg.Task
+				_, _ = c.worker.HeartbeatActivityTask(ctx, req(&orchardv1.HeartbeatActivityTaskRequest{TaskToken: task.TaskToken}))
+				result := fmt.Appendf(nil, `{"echo":%s}`, orNull(task.Input))
+				_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: task.TaskToken, Result: result}))
+				var ce *connect.Error
+				if err != nil && errors.As(err, &ce) && ce.Code() != connect.CodeFailedPrecondition && ctx.Err() == nil {
+					panic(fmt.Sprintf("complete: %v", err))
+				}
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+func orNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// TestEndToEnd: a definition registered, instances started, their
+// activities run by a worker that goes through the API (gRPC), and their
+// completion awaited with WaitForCompletion, with a dispatcher in between.
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acme := e.tenant("acme", nil)
+	admin := e.grpcClients(e.token(acme, tenancy.RoleTenantAdmin))
+	_, err := admin.defs.RegisterDefinition(t.Context(), req(&orchardv1.RegisterDefinitionRequest{Document: []byte(echoDef)}))
+	require.NoError(t, err)
+	e.dispatch()
+	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 4)
+	t.Cleanup(stop)
+	c := e.grpcClients(e.token(acme, tenancy.RoleClient))
+	const n = 20
+	for i := range n {
+		_, err := c.client.StartOrchestration(t.Context(), req(&orchardv1.StartOrchestrationRequest{
+			Name: "echo", InstanceId: fmt.Sprint("e", i), Input: fmt.Appendf(nil, `{"i":%d}`, i),
+		}))
+		require.NoError(t, err)
+	}
+	for i := range n {
+		in := c.waitDone(t, fmt.Sprint("e", i))
+		require.Equal(t, orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED, in.Status)
+		require.JSONEq(t, fmt.Sprintf(`{"echo":{"i":%d}}`, i), string(in.Output))
+	}
+}
+
+// percentiles reports p50 and p99 of durations in microseconds.
+func percentiles(b *testing.B, d []time.Duration, unit string) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-µs/"+unit)
+	b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-µs/"+unit)
+}
+
+// BenchmarkUnaryOverhead measures one unary call through the whole chain
+// (HTTP/1.1 Connect on loopback, telemetry, authentication, authorization,
+// tenant admission, rate limit, validation, handler) without a store call:
+// TenantService.GetLimits answers from the tenant row the admission step
+// cached, so no database round trip is measured.
+func BenchmarkUnaryOverhead(b *testing.B) {
+	e := newEnv(b, func(c *apiConfig) { c.TenantCacheTTL = time.Hour })
+	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000})
+	c := e.clients(e.token(acme, tenancy.RoleTenantAdmin))
+	ctx := context.Background()
+	_, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
+	require.NoError(b, err)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{})); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "req/s")
+	percentiles(b, lat, "call")
+}
+
+// BenchmarkStartToCompletion measures an instance of echoDef from
+// StartOrchestration to WaitForCompletion's answer, through the API, a
+// dispatcher and an API worker, with 8 clients at once.
+func BenchmarkStartToCompletion(b *testing.B) {
+	e := newEnv(b, func(c *apiConfig) { c.MinPoll = time.Millisecond; c.MaxPoll = 5 * time.Millisecond })
+	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, echoDef)
+	e.dispatch()
+	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 8)
+	defer stop()
+	c := e.grpcClients(e.token(acme, tenancy.RoleClient))
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism(8)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			t0 := time.Now()
+			res, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for {
+				w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: res.Msg.InstanceId}))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if w.Msg.Done {
+					break
+				}
+			}
+			mu.Lock()
+			lat = append(lat, time.Since(t0))
+			mu.Unlock()
+		}
+	})
+	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "instances/s")
+	percentiles(b, lat, "instance")
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+)
+
+// call is what the interceptors learn about a call, for its log line: the
+// outer interceptor creates it, the inner ones fill it in.
+type call struct {
+	tenant  string
+	subject string
+}
+
+type callKey struct{}
+
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		return &call{}
+	}
+	return c
+}
+
+// errorsAndLogs maps every error of the chain and the handler to a Connect
+// error (connectError, the one place) and logs the call with its procedure,
+// tenant, code and duration.
+func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			c := &call{}
+			ctx = context.WithValue(ctx, callKey{}, c)
+			start := time.Now()
+			resp, err := next(ctx, req)
+			procedure := req.Spec().Procedure
+			log := s.log.With(slog.String("procedure", procedure))
+			if c.tenant != "" {
+				log = log.With(slog.String("tenant", c.tenant))
+			}
+			if err != nil {
+				err = connectError(ctx, log, err)
+			}
+			if log.Enabled(ctx, slog.LevelDebug) {
+				code := "ok"
+				if err != nil {
+					code = connect.CodeOf(err).String()
+				}
+				log.DebugContext(ctx, "api: call", slog.String("subject", c.subject), slog.String("code", code),
+					slog.Duration("duration", time.Since(start)))
+			}
+			return resp, err
+		}
+	}
+}
+
+// authenticate verifies the Bearer token and puts its identity in the
+// context. No token, or a token that does not verify, is Unauthenticated.
+func (s *Server) authenticate() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			token, err := bearer(req.Header().Get("Authorization"))
+			if err != nil {
+				return nil, err
+			}
+			id, err := s.cfg.Verifier.Verify(ctx, token)
+			if err != nil {
+				return nil, err
+			}
+			c := callFrom(ctx)
+			c.tenant, c.subject = id.Tenant, id.Subject
+			return next(tenancy.WithIdentity(ctx, id), req)
+		}
+	}
+}
+
+// bearer takes the token out of an Authorization header.
+func bearer(header string) (string, error) {
+	if header == "" {
+		return "", fmt.Errorf("%w: %w: no Authorization header", tenancy.ErrUnauthenticated, tenancy.ErrTokenMissing)
+	}
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", fmt.Errorf("%w: %w: the Authorization header is not \"Bearer <token>\"", tenancy.ErrUnauthenticated, tenancy.ErrTokenMalformed)
+	}
+	return strings.TrimSpace(token), nil
+}
+
+// authorize checks the caller's roles against the procedure's rule.
+func (s *Server) authorize() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			rule, ok := accessRules[req.Spec().Procedure]
+			if !ok {
+				return nil, fmt.Errorf("%w: the procedure has no access rule", tenancy.ErrPermissionDenied)
+			}
+			if _, err := tenancy.Authorize(ctx, rule.roles...); err != nil {
+				return nil, err
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+type tenantKey struct{}
+
+// admitTenant lets a tenant's call through when the tenant is registered,
+// active (a suspended tenant's tenant-admin may still read) and within its
+// request rate. The tenant's row goes into the context for the handlers.
+// Admin calls have no tenant of their own and skip this.
+func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			rule := accessRules[req.Spec().Procedure]
+			if rule.platform {
+				return next(ctx, req)
+			}
+			id, _ := tenancy.IdentityFrom(ctx)
+			t, err := s.tenants.get(ctx, id.Tenant)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, fmt.Errorf("%w: tenant %q is not registered", tenancy.ErrPermissionDenied, id.Tenant)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
+				return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
+			}
+			if err := s.cfg.RateLimiter.Allow(id.Tenant, t.limits); err != nil {
+				return nil, err
+			}
+			return next(context.WithValue(ctx, tenantKey{}, t), req)
+		}
+	}
+}
+
+// tenantOf is the calling tenant, as admitTenant found it.
+func tenantOf(ctx context.Context) *tenantRecord {
+	t, _ := ctx.Value(tenantKey{}).(*tenantRecord)
+	if t == nil {
+		// Unreachable behind admitTenant; fail closed.
+		panic("api: tenant handler called without a tenant")
+	}
+	return t
+}

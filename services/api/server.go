@@ -1,0 +1,276 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"connectrpc.com/otelconnect"
+	"connectrpc.com/validate"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
+)
+
+// Store is what the API needs of the store: the whole contract and the
+// usage views.
+type Store interface {
+	store.Store
+	store.Usage
+}
+
+// Config configures a Server. Zero fields take the defaults.
+type Config struct {
+	// Store holds everything; required.
+	Store Store
+	// Verifier checks the Bearer tokens; required.
+	Verifier *tenancy.Verifier
+	// Minter signs the tokens AdminService.MintToken issues; nil: MintToken
+	// answers Unimplemented.
+	Minter *tenancy.Minter
+	// Addr is where Start listens (default ":8080").
+	Addr string
+	// TokenKey signs page tokens and task tokens. API servers that serve the
+	// same tenants must share it; empty: a random key per process, so
+	// tokens survive neither a restart nor a load balancer.
+	TokenKey []byte
+	// Logger receives one line per call (debug, or error for internal
+	// errors); default slog.Default().
+	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to the global ones.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	// RateLimiter holds the tenants' request buckets; default a new one.
+	RateLimiter *tenancy.RateLimiter
+	// TenantCacheTTL is how long a tenant's row (state, limits) is reused
+	// before it is read again (default 2s): how late a suspension or a new
+	// limit takes effect on other servers.
+	TenantCacheTTL time.Duration
+	// MaxMessageBytes bounds a request message (default 4 MiB). Payload
+	// fields are bounded at 256 KiB each by validation.
+	MaxMessageBytes int
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// HTTP server's (defaults 5s, 30s, 90s, 120s). WriteTimeout must exceed
+	// the longest long poll (60s).
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MinPoll and MaxPoll bound the store polling of the long polls
+	// (WaitForCompletion, PollActivityTask): the wait doubles from MinPoll
+	// to MaxPoll (defaults 5ms and 250ms).
+	MinPoll, MaxPoll time.Duration
+}
+
+func (c *Config) withDefaults() error {
+	if c.Store == nil {
+		return errors.New("api: no store")
+	}
+	if c.Verifier == nil {
+		return errors.New("api: no token verifier")
+	}
+	setDefault(&c.Addr, ":8080")
+	if len(c.TokenKey) == 0 {
+		c.TokenKey = make([]byte, 32)
+		if _, err := rand.Read(c.TokenKey); err != nil {
+			return fmt.Errorf("api: token key: %w", err)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.RateLimiter == nil {
+		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
+	}
+	setDefault(&c.TenantCacheTTL, 2*time.Second)
+	setDefault(&c.MaxMessageBytes, 4<<20)
+	setDefault(&c.ReadHeaderTimeout, 5*time.Second)
+	setDefault(&c.ReadTimeout, 30*time.Second)
+	setDefault(&c.WriteTimeout, 90*time.Second)
+	setDefault(&c.IdleTimeout, 120*time.Second)
+	setDefault(&c.MinPoll, 5*time.Millisecond)
+	setDefault(&c.MaxPoll, 250*time.Millisecond)
+	if c.MaxPoll < c.MinPoll || c.TenantCacheTTL < 0 || c.MaxMessageBytes < 0 {
+		return errors.New("api: invalid config (poll bounds, cache TTL or message size)")
+	}
+	if c.WriteTimeout <= maxLongPoll {
+		return fmt.Errorf("api: WriteTimeout %v must exceed the longest long poll (%v)", c.WriteTimeout, maxLongPoll)
+	}
+	return nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Server is the API server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   Store
+	tokens  tokenCodec
+	tenants *tenantCache
+	handler http.Handler
+
+	// draining closes at Stop: long polls end early with what they have.
+	draining  chan struct{}
+	drainOnce sync.Once
+	// longPolls counts the long polls waiting.
+	longPolls atomic.Int64
+
+	mu       sync.Mutex
+	http     *http.Server
+	ln       net.Listener
+	done     chan struct{} // closed when Serve returned
+	serveErr error
+}
+
+// New checks cfg and builds the server's handlers.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		tokens:   tokenCodec{key: cfg.TokenKey},
+		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, cfg.Logger),
+		draining: make(chan struct{}),
+	}
+	var otelOpts []otelconnect.Option
+	if cfg.TracerProvider != nil {
+		otelOpts = append(otelOpts, otelconnect.WithTracerProvider(cfg.TracerProvider))
+	}
+	if cfg.MeterProvider != nil {
+		otelOpts = append(otelOpts, otelconnect.WithMeterProvider(cfg.MeterProvider))
+	}
+	otelInterceptor, err := otelconnect.NewInterceptor(otelOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("api: telemetry: %w", err)
+	}
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(
+			otelInterceptor,
+			s.errorsAndLogs(),
+			s.authenticate(),
+			s.authorize(),
+			s.admitTenant(),
+			validate.NewInterceptor(),
+		),
+		connect.WithReadMaxBytes(cfg.MaxMessageBytes),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(orchardv1connect.NewClientServiceHandler(&clientService{s}, opts...))
+	mux.Handle(orchardv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
+	mux.Handle(orchardv1connect.NewDefinitionServiceHandler(&definitionService{s}, opts...))
+	mux.Handle(orchardv1connect.NewTenantServiceHandler(&tenantService{s}, opts...))
+	mux.Handle(orchardv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
+	mux.Handle(s.healthHandler())
+	mux.HandleFunc("GET /healthz", s.healthz)
+	reflector := grpcreflect.NewStaticReflector(
+		orchardv1connect.ClientServiceName,
+		orchardv1connect.WorkerServiceName,
+		orchardv1connect.DefinitionServiceName,
+		orchardv1connect.TenantServiceName,
+		orchardv1connect.AdminServiceName,
+		healthServiceName,
+	)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.handler = mux
+	return s, nil
+}
+
+// Handler serves every service; mount it on a server that speaks HTTP/1.1
+// and unencrypted HTTP/2 (Protocols), or use Start.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Protocols are the protocols the API is served with: HTTP/1.1 (Connect,
+// gRPC-Web) and unencrypted HTTP/2 (gRPC), on one port.
+func Protocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
+}
+
+// HTTPServer returns an http.Server for the handler with the configured
+// timeouts and protocols, not yet listening.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Addr:              s.cfg.Addr,
+		Handler:           s.handler,
+		Protocols:         Protocols(),
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Start listens on Addr and serves in the background until Stop.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.http != nil {
+		return errors.New("api: already started")
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listen: %w", err)
+	}
+	s.http, s.ln, s.done = s.HTTPServer(), ln, make(chan struct{})
+	srv, done := s.http, s.done
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr = err
+		}
+	}()
+	s.log.InfoContext(ctx, "api: serving", slog.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// Addr is the address Start listens on (with the port picked, for ":0").
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop drains the server: it stops accepting calls, ends the long polls
+// early with what they have, and waits for the calls in flight until ctx
+// ends (then closes the connections).
+func (s *Server) Stop(ctx context.Context) error {
+	s.drainOnce.Do(func() { close(s.draining) })
+	s.mu.Lock()
+	srv, done := s.http, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	<-done
+	return errors.Join(err, s.serveErr)
+}

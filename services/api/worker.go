@@ -1,0 +1,159 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/store"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
+)
+
+const defaultTaskLease = 30 * time.Second
+
+type workerService struct{ s *Server }
+
+var _ orchardv1connect.WorkerServiceHandler = (*workerService)(nil)
+
+func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Request[orchardv1.PollActivityTaskRequest]) (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+	t := tenantOf(ctx)
+	m := req.Msg
+	lease := defaultTaskLease
+	if m.LeaseDuration != nil {
+		lease = m.LeaseDuration.AsDuration()
+	}
+	deadline := longPollDeadline(ctx, m.Wait)
+	var item *store.WorkItem
+	_, err := w.s.pollUntil(ctx, deadline, func() (bool, error) {
+		var err error
+		item, err = w.s.store.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease})
+		return item != nil, err
+	})
+	if err != nil && item == nil {
+		return nil, err
+	}
+	if item == nil {
+		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{}), nil
+	}
+	if ctx.Err() != nil {
+		// The worker went away as the task was leased: hand it back now
+		// rather than when the lease lapses.
+		w.release(ctx, item)
+		return nil, ctx.Err()
+	}
+	token, err := w.s.tokens.sealTask(t.TenantID, &taskToken{
+		ID: item.Lease.ID, Lock: item.Lease.Token, InstanceID: item.InstanceID, ExecutionID: item.ExecutionID,
+		ActivityID: item.ActivityID, Attempt: item.Attempt, LeaseMillis: lease.Milliseconds(),
+	})
+	if err != nil {
+		w.release(ctx, item)
+		return nil, err
+	}
+	if m.WorkerIdentity != "" {
+		w.s.log.DebugContext(ctx, "api: task leased", slog.String("tenant", t.TenantID), slog.String("instance", item.InstanceID),
+			slog.Int64("activity", item.ActivityID), slog.String("worker", m.WorkerIdentity))
+	}
+	return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Task: &orchardv1.ActivityTask{
+		TaskToken:      token,
+		InstanceId:     item.InstanceID,
+		ExecutionId:    item.ExecutionID,
+		ActivityId:     item.ActivityID,
+		Name:           item.Name,
+		TaskQueue:      item.TaskQueue,
+		Input:          item.Input,
+		Attempt:        int32(item.Attempt),
+		LeaseExpiresAt: timestamp(item.Lease.ExpiresAt),
+		CreatedAt:      timestamp(item.CreatedAt),
+	}}), nil
+}
+
+func (w *workerService) release(ctx context.Context, item *store.WorkItem) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.s.store.AbandonWorkItem(rctx, &store.AbandonWorkItemParams{Lease: item.Lease}); err != nil {
+		w.s.log.WarnContext(ctx, "api: could not release a task leased for a worker that went away",
+			slog.String("tenant", item.Lease.TenantID), slog.Any("error", err))
+	}
+}
+
+// lease opens a task token of the calling tenant.
+func (w *workerService) lease(ctx context.Context, token string) (*taskToken, store.WorkLease, error) {
+	tenant := tenantOf(ctx).TenantID
+	tok, err := w.s.tokens.openTask(tenant, token)
+	if err != nil {
+		return nil, store.WorkLease{}, err
+	}
+	return tok, store.WorkLease{TenantID: tenant, ID: tok.ID, Token: tok.Lock}, nil
+}
+
+func (w *workerService) HeartbeatActivityTask(ctx context.Context, req *connect.Request[orchardv1.HeartbeatActivityTaskRequest]) (*connect.Response[orchardv1.HeartbeatActivityTaskResponse], error) {
+	tok, lease, err := w.lease(ctx, req.Msg.TaskToken)
+	if err != nil {
+		return nil, err
+	}
+	d := tok.lease()
+	if req.Msg.LeaseDuration != nil {
+		d = req.Msg.LeaseDuration.AsDuration()
+	}
+	until, err := w.s.store.RenewWorkItemLease(ctx, &store.RenewWorkItemLeaseParams{Lease: lease, Duration: d})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.HeartbeatActivityTaskResponse{LeaseExpiresAt: timestamp(until)}), nil
+}
+
+func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engine.Message) error {
+	kind, body, err := engine.EncodeMessage(msg)
+	if err != nil {
+		return err
+	}
+	return w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body}})
+}
+
+func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {
+	tok, lease, err := w.lease(ctx, req.Msg.TaskToken)
+	if err != nil {
+		return nil, err
+	}
+	result, err := payload("result", req.Msg.Result, tenantOf(ctx).limits)
+	if err != nil {
+		return nil, err
+	}
+	err = w.ack(ctx, lease, engine.ActivityCompletedMessage{
+		ExecutionID: tok.ExecutionID, ActivityID: tok.ActivityID, Attempt: tok.Attempt, Result: result,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.CompleteActivityTaskResponse{}), nil
+}
+
+// failureKind is the kind of a failure a worker reports without one.
+const failureKind = "activity_failed"
+
+func (w *workerService) FailActivityTask(ctx context.Context, req *connect.Request[orchardv1.FailActivityTaskRequest]) (*connect.Response[orchardv1.FailActivityTaskResponse], error) {
+	tok, lease, err := w.lease(ctx, req.Msg.TaskToken)
+	if err != nil {
+		return nil, err
+	}
+	f := req.Msg.Failure
+	if _, err := payload("failure.details", f.Details, tenantOf(ctx).limits); err != nil {
+		return nil, err
+	}
+	kind := f.Kind
+	if kind == "" {
+		kind = failureKind
+	}
+	err = w.ack(ctx, lease, engine.ActivityFailedMessage{
+		ExecutionID: tok.ExecutionID, ActivityID: tok.ActivityID, Attempt: tok.Attempt,
+		Failure: engine.Failure{Kind: kind, Message: f.Message, NonRetryable: !req.Msg.Retryable},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orchardv1.FailActivityTaskResponse{}), nil
+}
