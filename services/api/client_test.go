@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -265,13 +264,4 @@ func TestRateLimit(t *testing.T) {
 		_, err := cf.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
 		require.NoError(t, err)
 	}
-}
-
-// jsonEq is a helper for JSON payload comparisons.
-func jsonEq(t *testing.T, want string, got []byte) {
-	t.Helper()
-	var a, b any
-	require.NoError(t, json.Unmarshal([]byte(want), &a))
-	require.NoError(t, json.Unmarshal(got, &b))
-	require.Equal(t, a, b)
 }

@@ -175,8 +175,7 @@ func (d *Dispatcher) renewWhileRunning(ctx context.Context, items []*store.Orche
 	var mu sync.Mutex
 	stopped := false
 	var timer *time.Timer
-	var renew func()
-	renew = func() {
+	renew := func() {
 		for _, it := range items {
 			mu.Lock()
 			if stopped {
