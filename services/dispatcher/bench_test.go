@@ -157,7 +157,9 @@ func (bs *benchSystem) run() {
 		bs.b.Fatal(err)
 	}
 	bs.d = d
-	bs.w = testworker.Start(bs.b.Context(), testworker.Config{Store: bs.store, TaskQueues: []string{"q"}, Loops: bs.shape.workers, Handler: echo})
+	// Workers are tenant-scoped, as they are behind the API (the token
+	// names the tenant).
+	bs.w = testworker.Start(bs.b.Context(), testworker.Config{Store: bs.store, TenantID: tenant, TaskQueues: []string{"q"}, Loops: bs.shape.workers, Handler: echo})
 }
 
 func (bs *benchSystem) stop() {

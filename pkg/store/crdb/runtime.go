@@ -250,18 +250,23 @@ win AS (
 	WHERE q.tenant_id = %[1]s
 	ORDER BY q.visible_at
 	LIMIT %[2]d
-), near AS (
+), pickable AS (
 	-- One lease lookup per window entry (LATERAL, OFFSET 0: a nested loop
-	-- on the primary key, never a scan of every lease).
-	SELECT l.tenant_id, l.instance_id FROM win w
+	-- on the primary key, never a scan of every lease), no lock taken:
+	-- the random choice comes first, so that concurrent claims lock
+	-- different rows instead of each locking the whole window.
+	SELECT l.instance_id FROM win w
 	CROSS JOIN LATERAL (
-		SELECT l.tenant_id, l.instance_id FROM instance_locks l
+		SELECT l.instance_id FROM instance_locks l
 		WHERE l.tenant_id = %[1]s AND l.instance_id = w.instance_id AND l.locked_until <= $1
 		OFFSET 0) l
 	WHERE w.visible_at <= $1
 	ORDER BY random()
 	LIMIT $5
-	FOR UPDATE OF l SKIP LOCKED), deep AS (
+), near AS (
+	SELECT l.tenant_id, l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = %[1]s AND l.instance_id IN (SELECT instance_id FROM pickable) AND l.locked_until <= $1
+	FOR UPDATE SKIP LOCKED), deep AS (
 	SELECT l.tenant_id, l.instance_id FROM orchestrator_queue q
 	JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
 	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND l.locked_until <= $1
