@@ -10,7 +10,7 @@ PKGS        := ./...
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
-	./bin/orchard dev
+	./bin/orchard dev --demo
 
 test:
 	$(GO) test -race -count=1 -timeout 9m $(PKGS)
