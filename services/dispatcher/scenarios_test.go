@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/engine"
@@ -340,4 +342,49 @@ steps:
 	for i := range 6 {
 		require.Equal(t, store.StatusCompleted, s.waitDone(fmt.Sprintf("good-%d", i)).Status)
 	}
+}
+
+// A turn that runs longer than a third of its lease renews it, and the turn
+// is recorded as a span with its tenant, instance, events and outcome.
+func TestLongTurnRenewsLeaseAndIsTraced(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	s.start("slow", "one", 1, nil)
+	spans := tracetest.NewSpanRecorder()
+	d := s.dispatcher(dispatcher.Config{Loops: 1, LeaseDuration: 90 * time.Millisecond,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))})
+	var once sync.Once
+	d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		once.Do(func() {
+			// The store's clock moves on, within the lease; a renewal
+			// extends it from the new time.
+			s.clock.Advance(60 * time.Millisecond)
+			want := s.clock.Now().Add(90 * time.Millisecond).UnixMilli()
+			s.waitFor("the lease to be renewed", func() bool {
+				var until int64
+				require.NoError(t, s.pool.QueryRow(ctx, `SELECT locked_until FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'slow'`, tenant).Scan(&until))
+				return until == want
+			})
+		})
+	})
+	s.startDispatcher(d)
+	s.worker(echo, "q")
+	require.Equal(t, store.StatusCompleted, s.waitDone("slow").Status)
+	require.Zero(t, d.Stats().LeaseLosses)
+
+	s.waitFor("both turns' spans", func() bool { return len(spans.Ended()) >= 2 })
+	outcomes := map[string]bool{}
+	for _, span := range spans.Ended() {
+		require.Equal(t, "orchestration turn", span.Name())
+		attrs := map[string]string{}
+		for _, kv := range span.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		require.Equal(t, tenant, attrs["orchard.tenant"])
+		require.Equal(t, "slow", attrs["orchard.instance"])
+		require.Equal(t, "1", attrs["orchard.execution"])
+		require.NotEmpty(t, attrs["orchard.events_appended"])
+		outcomes[attrs["orchard.outcome"]] = true
+	}
+	require.Equal(t, map[string]bool{"Running": true, "Completed": true}, outcomes)
 }
