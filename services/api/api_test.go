@@ -8,12 +8,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -252,4 +254,22 @@ func mustVerifier(t testing.TB, e *env) *tenancy.Verifier {
 
 func newClientAt(base, token string) orchardv1connect.ClientServiceClient {
 	return orchardv1connect.NewClientServiceClient(http.DefaultClient, base, connect.WithInterceptors(bearer(token)))
+}
+
+// When the database cannot be reached, calls answer Unavailable with a
+// message that says nothing of the database.
+func TestDatabaseDownIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(t.Context(), "postgres://postgres@"+dead+"/orchard?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e := newEnv(t, func(c *api.Config) { c.Store = crdb.New(pool, crdb.Options{Logger: quiet(), MaxAttempts: 2}) })
+	_, err = e.clients(e.token("acme", tenancy.RoleClient)).client.CountInstances(t.Context(), req(&orchardv1.CountInstancesRequest{}))
+	requireCode(t, err, connect.CodeUnavailable)
+	require.NotContains(t, err.Error(), dead)
+	require.NotContains(t, err.Error(), "postgres")
 }

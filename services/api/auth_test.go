@@ -60,6 +60,13 @@ func TestAuthentication(t *testing.T) {
 		{"alg none", signed(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(nil)), connect.CodeUnauthenticated},
 		{"HMAC with the public key", signed(t, jwt.SigningMethodHS256, []byte(pub), claims(nil)), connect.CodeUnauthenticated},
 		{"wrong key", signed(t, jwt.SigningMethodEdDSA, otherKey, claims(nil)), connect.CodeUnauthenticated},
+		{"unknown kid", func() string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims(nil))
+			tok.Header["kid"] = "no-such-key"
+			s, err := tok.SignedString(otherKey)
+			require.NoError(t, err)
+			return s
+		}(), connect.CodeUnauthenticated},
 		{"expired", mine(func(c jwt.MapClaims) {
 			c["exp"] = now.Add(-time.Hour).Unix()
 			c["iat"] = now.Add(-2 * time.Hour).Unix()

@@ -2,11 +2,14 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -124,11 +127,44 @@ func TestTenantIsolation(t *testing.T) {
 	bulk, err := cb.client.DeleteInstances(ctx, req(&orchardv1.DeleteInstancesRequest{CompletedBefore: timestamppb.New(time.Now().Add(time.Hour))}))
 	require.NoError(t, err)
 	require.Zero(t, bulk.Msg.Counts.InstancesDeleted)
+	pruned, err := cb.client.PruneExecutionsBulk(ctx, req(&orchardv1.PruneExecutionsBulkRequest{
+		Filter: &orchardv1.InstanceFilter{InstanceIds: []string{id}}, Options: &orchardv1.PruneOptions{KeepLast: 1}}))
+	require.NoError(t, err)
+	require.Zero(t, pruned.Msg.Counts.InstancesProcessed)
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	polled, err := cb.worker.PollActivityTask(pctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(50 * time.Millisecond)}))
 	require.NoError(t, err)
 	require.Nil(t, polled.Msg.Task, "B leased A's task")
+
+	// Every RPC that names an instance, a task, a definition or a page
+	// token is covered above, so that a new one without a case fails here.
+	covered := map[string]bool{
+		// Checked by what B sees: nothing of A's.
+		"ListInstances": true, "CountInstances": true, "ListDefinitions": true, "DeleteInstances": true, "PollActivityTask": true,
+		"PruneExecutionsBulk": true,
+	}
+	for name := range notFound {
+		covered[strings.Fields(name)[0]] = true
+	}
+	for name := range invalid {
+		covered[strings.Fields(name)[0]] = true
+	}
+	for _, svc := range []string{"ClientService", "WorkerService", "DefinitionService"} {
+		sd, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName("orchard.v1." + svc))
+		require.NoError(t, err)
+		methods := sd.(protoreflect.ServiceDescriptor).Methods()
+		for i := range methods.Len() {
+			m := methods.Get(i)
+			fields := m.Input().Fields()
+			names := fields.ByName("instance_id") != nil || fields.ByName("instance_ids") != nil ||
+				fields.ByName("task_token") != nil || fields.ByName("page_token") != nil ||
+				(svc == "DefinitionService" && fields.ByName("name") != nil) || fields.ByName("filter") != nil
+			if names {
+				require.True(t, covered[string(m.Name())], "%s.%s names a tenant's object but has no isolation case", svc, m.Name())
+			}
+		}
+	}
 
 	// A's objects are intact and its task still works for A.
 	_, err = ca.worker.HeartbeatActivityTask(ctx, req(&orchardv1.HeartbeatActivityTaskRequest{TaskToken: task.TaskToken}))
