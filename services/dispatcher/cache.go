@@ -9,6 +9,7 @@ import (
 
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
 // errInvalidDefinition: a stored definition no longer parses (a newer engine
@@ -66,7 +67,7 @@ func (c *definitionCache) get(ctx context.Context, tenant, name, version string)
 	return def, nil
 }
 
-// policyCache keeps tenants' retention policies for a while.
+// policyCache keeps tenants' retention policies and limits for a while.
 type policyCache struct {
 	store store.Store
 	clock store.Clock
@@ -78,6 +79,7 @@ type policyCache struct {
 
 type cachedPolicy struct {
 	policy  store.RetentionPolicy
+	limits  tenancy.Limits
 	expires time.Time
 }
 
@@ -95,19 +97,42 @@ func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID st
 	if inst.Retention != nil {
 		return *inst.Retention, nil
 	}
+	p, err := c.tenant(ctx, tenant)
+	if err != nil {
+		return store.Retention{}, err
+	}
+	return p.policy.For(name, nil), nil
+}
+
+// limits returns a tenant's limits.
+func (c *policyCache) limits(ctx context.Context, tenant string) (tenancy.Limits, error) {
+	p, err := c.tenant(ctx, tenant)
+	return p.limits, err
+}
+
+// tenant returns a tenant's cached policy and limits, reading them again
+// once they are older than the cache's TTL.
+func (c *policyCache) tenant(ctx context.Context, tenant string) (cachedPolicy, error) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	p, ok := c.policies[tenant]
 	c.mu.Unlock()
-	if !ok || now.After(p.expires) {
-		t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
-		if err != nil {
-			return store.Retention{}, err
-		}
-		p = cachedPolicy{policy: t.Retention, expires: now.Add(c.ttl)}
-		c.mu.Lock()
-		c.policies[tenant] = p
-		c.mu.Unlock()
+	if ok && !now.After(p.expires) {
+		return p, nil
 	}
-	return p.policy.For(name, nil), nil
+	t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
+	if err != nil {
+		return cachedPolicy{}, err
+	}
+	// Limits that do not parse fall back to the defaults: a bad row must
+	// not stop the tenant's orchestrations.
+	limits, err := tenancy.ParseLimits(t.Limits)
+	if err != nil {
+		limits = tenancy.DefaultLimits()
+	}
+	p = cachedPolicy{policy: t.Retention, limits: limits.Effective(), expires: now.Add(c.ttl)}
+	c.mu.Lock()
+	c.policies[tenant] = p
+	c.mu.Unlock()
+	return p, nil
 }

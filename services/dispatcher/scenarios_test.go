@@ -388,3 +388,28 @@ func TestLongTurnRenewsLeaseAndIsTraced(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"Running": true, "Completed": true}, outcomes)
 }
+
+// An execution whose history would pass the tenant's limit ends Failed,
+// saying why, instead of growing without bound.
+func TestHistoryLimitEndsTheExecution(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: chatty
+version: 1
+steps:
+  - for_each:
+      items: ${ [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] }
+      steps:
+        - activity: { name: echo, task_queue: q, input: "${ item }" }
+`)
+	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant,
+		Limits: json.RawMessage(`{"max_history_events_per_execution": 12}`)})
+	require.NoError(t, err)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	s.worker(echo, "q")
+	s.start("chatty", "chatty", nil, nil)
+	in := s.waitDone("chatty")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Contains(t, in.Error, "limit of 12 events")
+	require.LessOrEqual(t, len(s.history("chatty", 1)), 12+3, "the history stops just past the limit")
+}

@@ -268,6 +268,19 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 			}
 		}
 	}
+	// The tenant's bound on one execution's history: a turn that would
+	// pass it ends the execution instead (its events stop just past it).
+	limits, err := d.policies.limits(ctx, it.Lease.TenantID)
+	if err != nil {
+		return nil, in, err
+	}
+	if max := limits.MaxHistoryEventsPerExecution; int64(len(in.History)+len(decision.Events)) > max && decision.Outcome.Status == engine.StatusRunning {
+		f := engine.Failure{Kind: "history_limit", Message: fmt.Sprintf(
+			"the execution's history would pass the tenant's limit of %d events; continue as new to start a fresh history", max)}
+		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
+			return fail(f.Message)
+		}
+	}
 	if err := d.applyDecision(ctx, ack, it, decision); err != nil {
 		return nil, in, err
 	}
