@@ -27,10 +27,11 @@ const (
 // StartOrchestrationRequest describes a new instance.
 //
 // Retrying a start is safe when the caller chooses the instance id: a retry
-// of a start that did happen answers ALREADY_EXISTS and creates nothing, so
-// ALREADY_EXISTS after a retry means the instance was started. With an
-// empty instance_id the server picks a fresh id per call, and a retry may
-// start a second instance.
+// of a start that did happen (same id, name and input) answers with the
+// instance that exists and creates nothing; the id taken by an instance of
+// another name or input is ALREADY_EXISTS. With an empty instance_id the
+// server picks a fresh id per call, and a retry may start a second
+// instance.
 type StartOrchestrationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The orchestration definition's name.

@@ -30,7 +30,9 @@ type Definition struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The definition's version.
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	// The document as registered (YAML or JSON). Empty in listings.
+	// The document in its stored form: JSON, whatever the registered
+	// format (YAML documents come back as the equivalent JSON). Empty in
+	// listings.
 	Document []byte `protobuf:"bytes,3,opt,name=document,proto3" json:"document,omitempty"`
 	// When the version was registered.
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`

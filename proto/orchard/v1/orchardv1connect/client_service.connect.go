@@ -80,8 +80,8 @@ const (
 // ClientServiceClient is a client for the orchard.v1.ClientService service.
 type ClientServiceClient interface {
 	// StartOrchestration starts a new instance of a registered definition.
-	// ALREADY_EXISTS when the instance id is taken (a deleted id can be
-	// reused at once).
+	// ALREADY_EXISTS when the instance id is taken by an instance of another
+	// name or input (a deleted id can be reused at once).
 	StartOrchestration(context.Context, *connect.Request[v1.StartOrchestrationRequest]) (*connect.Response[v1.StartOrchestrationResponse], error)
 	// RaiseEvent delivers an external event to an instance, for its
 	// wait_event steps. Events that arrive before a step waits for them are
@@ -313,8 +313,8 @@ func (c *clientServiceClient) PruneExecutionsBulk(ctx context.Context, req *conn
 // ClientServiceHandler is an implementation of the orchard.v1.ClientService service.
 type ClientServiceHandler interface {
 	// StartOrchestration starts a new instance of a registered definition.
-	// ALREADY_EXISTS when the instance id is taken (a deleted id can be
-	// reused at once).
+	// ALREADY_EXISTS when the instance id is taken by an instance of another
+	// name or input (a deleted id can be reused at once).
 	StartOrchestration(context.Context, *connect.Request[v1.StartOrchestrationRequest]) (*connect.Response[v1.StartOrchestrationResponse], error)
 	// RaiseEvent delivers an external event to an instance, for its
 	// wait_event steps. Events that arrive before a step waits for them are

@@ -54,7 +54,8 @@ type DefinitionServiceClient interface {
 	RegisterDefinition(context.Context, *connect.Request[v1.RegisterDefinitionRequest]) (*connect.Response[v1.RegisterDefinitionResponse], error)
 	// GetDefinition reads a definition: a given version, or the latest.
 	GetDefinition(context.Context, *connect.Request[v1.GetDefinitionRequest]) (*connect.Response[v1.GetDefinitionResponse], error)
-	// ListDefinitions lists a page of definitions, by name then version.
+	// ListDefinitions lists a page of definitions, by name, then the newest
+	// version first.
 	ListDefinitions(context.Context, *connect.Request[v1.ListDefinitionsRequest]) (*connect.Response[v1.ListDefinitionsResponse], error)
 }
 
@@ -122,7 +123,8 @@ type DefinitionServiceHandler interface {
 	RegisterDefinition(context.Context, *connect.Request[v1.RegisterDefinitionRequest]) (*connect.Response[v1.RegisterDefinitionResponse], error)
 	// GetDefinition reads a definition: a given version, or the latest.
 	GetDefinition(context.Context, *connect.Request[v1.GetDefinitionRequest]) (*connect.Response[v1.GetDefinitionResponse], error)
-	// ListDefinitions lists a page of definitions, by name then version.
+	// ListDefinitions lists a page of definitions, by name, then the newest
+	// version first.
 	ListDefinitions(context.Context, *connect.Request[v1.ListDefinitionsRequest]) (*connect.Response[v1.ListDefinitionsResponse], error)
 }
 
