@@ -696,7 +696,8 @@ func TestDelete(t *testing.T) {
 	})
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
-		d := &deleter{deleteErr: connect.NewError(connect.CodeFailedPrecondition, errors.New(`instances "i": instance is running`))}
+		d := &deleter{deleteErr: withDetails(connect.CodeFailedPrecondition, `instances "i": instance is running`,
+			&errdetails.ErrorInfo{Reason: "INSTANCE_RUNNING", Domain: "orchard.dev"})}
 		c := newClient(t, serve(t, services{client: d}))
 		_, err := c.Delete(t.Context(), "i", false)
 		require.ErrorIs(t, err, sdk.ErrRunning)

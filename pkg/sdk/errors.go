@@ -136,8 +136,8 @@ func (e *Error) Is(target error) bool {
 // the caller's context ended), or the local cause.
 func (e *Error) Unwrap() error { return e.cause }
 
-// Reasons a server may put in a google.rpc.ErrorInfo detail of a
-// FailedPrecondition, most precise first; without one, the message tells.
+// The reasons the API puts in the google.rpc.ErrorInfo detail of a
+// FailedPrecondition.
 var preconditionReasons = map[string]error{
 	"INSTANCE_RUNNING":  ErrRunning,
 	"SUB_ORCHESTRATION": ErrSubOrchestration,
@@ -187,26 +187,15 @@ func apiError(err error) error {
 		}
 	}
 	if e.Code == connect.CodeFailedPrecondition {
-		e.precondition = precondition(reason, e.Message)
+		e.precondition = precondition(reason)
 	}
 	return e
 }
 
-// precondition tells which FailedPrecondition an error is: by its
-// ErrorInfo reason when the server gave one, else by the API's messages.
-func precondition(reason, msg string) error {
-	if s, ok := preconditionReasons[reason]; ok {
-		return s
-	}
-	switch {
-	case strings.HasSuffix(msg, "instance is running"):
-		return ErrRunning
-	case strings.Contains(msg, "sub-orchestration"):
-		return ErrSubOrchestration
-	case strings.Contains(msg, "lease is lost"), strings.HasSuffix(msg, "lease lost"):
-		return ErrLeaseLost
-	}
-	return nil
+// precondition tells which FailedPrecondition an error is, by the reason of
+// the google.rpc.ErrorInfo detail the API attaches to each.
+func precondition(reason string) error {
+	return preconditionReasons[reason]
 }
 
 // fieldPath renders a protovalidate violation's field path the way the

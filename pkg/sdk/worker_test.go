@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orchardhq/orchard/pkg/sdk"
@@ -285,8 +286,9 @@ func TestAFailedHeartbeatCancelsTheHandler(t *testing.T) {
 		if token != lost {
 			return nil
 		}
-		return connect.NewError(connect.CodeFailedPrecondition,
-			errors.New("the task's lease is lost: it was cancelled, its instance deleted, or the lease lapsed"))
+		return withDetails(connect.CodeFailedPrecondition,
+			"the task's lease is lost: it was cancelled, its instance deleted, or the lease lapsed",
+			&errdetails.ErrorInfo{Reason: "LEASE_LOST", Domain: "orchard.dev"})
 	}
 	startWorker(t, w)
 	var cause error

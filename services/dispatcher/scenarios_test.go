@@ -378,7 +378,7 @@ func TestLongTurnRenewsLeaseAndIsTraced(t *testing.T) {
 		require.Equal(t, "orchestration turn", span.Name())
 		attrs := map[string]string{}
 		for _, kv := range span.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		require.Equal(t, tenant, attrs["orchard.tenant"])
 		require.Equal(t, "slow", attrs["orchard.instance"])
