@@ -4,12 +4,8 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"net/http"
-	"os"
-	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -54,21 +50,6 @@ func NewAdminClient(baseURL string, opts ...Option) *AdminClient {
 	return &AdminClient{c: c, admin: orchardv1connect.NewAdminServiceClient(httpClient, c.baseURL, copts...)}
 }
 
-// newServiceClient resolves the options as NewClient does, and returns a
-// Client (for its retry policy and URL) with what a Connect client of
-// another service needs.
-func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClient, []connect.ClientOption) {
-	o := clientOptions{httpClient: http.DefaultClient, retry: DefaultRetryPolicy}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !o.tokenSet {
-		o.token = os.Getenv(TokenEnv)
-	}
-	baseURL = strings.TrimRight(baseURL, "/")
-	copts := append([]connect.ClientOption{connect.WithInterceptors(bearer(strings.TrimSpace(o.token)))}, o.connectOpts...)
-	return &Client{baseURL: baseURL, retry: o.retry.withDefaults()}, o.httpClient, copts
-}
 
 // BaseURL is the API's URL the client calls.
 func (t *TenantClient) BaseURL() string { return t.c.baseURL }

@@ -164,6 +164,16 @@ func notSent(err error) bool {
 // NewClient returns a client of the API at baseURL (for example
 // "http://localhost:8080"). It sends nothing until a call is made.
 func NewClient(baseURL string, opts ...Option) *Client {
+	c, hc, copts := newServiceClient(baseURL, opts)
+	c.clients = orchardv1connect.NewClientServiceClient(hc, c.baseURL, copts...)
+	c.workers = orchardv1connect.NewWorkerServiceClient(hc, c.baseURL, copts...)
+	c.definitions = orchardv1connect.NewDefinitionServiceClient(hc, c.baseURL, copts...)
+	return c
+}
+
+// newServiceClient resolves the options and returns a Client (its retry
+// policy and URL) with what the Connect clients of its services need.
+func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClient, []connect.ClientOption) {
 	o := clientOptions{httpClient: http.DefaultClient, retry: DefaultRetryPolicy}
 	for _, opt := range opts {
 		opt(&o)
@@ -173,13 +183,7 @@ func NewClient(baseURL string, opts ...Option) *Client {
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
 	copts := append([]connect.ClientOption{connect.WithInterceptors(bearer(strings.TrimSpace(o.token)))}, o.connectOpts...)
-	return &Client{
-		baseURL:     baseURL,
-		retry:       o.retry.withDefaults(),
-		clients:     orchardv1connect.NewClientServiceClient(o.httpClient, baseURL, copts...),
-		workers:     orchardv1connect.NewWorkerServiceClient(o.httpClient, baseURL, copts...),
-		definitions: orchardv1connect.NewDefinitionServiceClient(o.httpClient, baseURL, copts...),
-	}
+	return &Client{baseURL: baseURL, retry: o.retry.withDefaults()}, o.httpClient, copts
 }
 
 // BaseURL is the API's URL the client calls.
