@@ -50,7 +50,6 @@ func NewAdminClient(baseURL string, opts ...Option) *AdminClient {
 	return &AdminClient{c: c, admin: orchardv1connect.NewAdminServiceClient(httpClient, c.baseURL, copts...)}
 }
 
-
 // BaseURL is the API's URL the client calls.
 func (t *TenantClient) BaseURL() string { return t.c.baseURL }
 
