@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -78,7 +79,7 @@ func (c *Config) withDefaults() error {
 	if c.Verifier == nil {
 		return errors.New("api: no token verifier")
 	}
-	setDefault(&c.Addr, ":8080")
+	c.Addr = cmp.Or(c.Addr, ":8080")
 	if len(c.TokenKey) == 0 {
 		c.TokenKey = make([]byte, 32)
 		if _, err := rand.Read(c.TokenKey); err != nil {
@@ -91,14 +92,14 @@ func (c *Config) withDefaults() error {
 	if c.RateLimiter == nil {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
 	}
-	setDefault(&c.TenantCacheTTL, 2*time.Second)
-	setDefault(&c.MaxMessageBytes, 4<<20)
-	setDefault(&c.ReadHeaderTimeout, 5*time.Second)
-	setDefault(&c.ReadTimeout, 30*time.Second)
-	setDefault(&c.WriteTimeout, 90*time.Second)
-	setDefault(&c.IdleTimeout, 120*time.Second)
-	setDefault(&c.MinPoll, 5*time.Millisecond)
-	setDefault(&c.MaxPoll, 250*time.Millisecond)
+	c.TenantCacheTTL = cmp.Or(c.TenantCacheTTL, 2*time.Second)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 4<<20)
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, 5*time.Second)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, 30*time.Second)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, 90*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 120*time.Second)
+	c.MinPoll = cmp.Or(c.MinPoll, 5*time.Millisecond)
+	c.MaxPoll = cmp.Or(c.MaxPoll, 250*time.Millisecond)
 	if c.MaxPoll < c.MinPoll || c.TenantCacheTTL < 0 || c.MaxMessageBytes < 0 {
 		return errors.New("api: invalid config (poll bounds, cache TTL or message size)")
 	}
@@ -106,13 +107,6 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("api: WriteTimeout %v must exceed the longest long poll (%v)", c.WriteTimeout, maxLongPoll)
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // Server is the API server.

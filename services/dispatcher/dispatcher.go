@@ -11,6 +11,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,13 +63,13 @@ func (c *Config) withDefaults() error {
 	if c.Store == nil {
 		return errors.New("dispatcher: no store")
 	}
-	setDefault(&c.Loops, 4)
-	setDefault(&c.Batch, 8)
-	setDefault(&c.LeaseDuration, 30*time.Second)
-	setDefault(&c.MinPoll, 2*time.Millisecond)
-	setDefault(&c.MaxPoll, 100*time.Millisecond)
-	setDefault(&c.DefinitionCacheSize, 1024)
-	setDefault(&c.PolicyTTL, 30*time.Second)
+	c.Loops = cmp.Or(c.Loops, 4)
+	c.Batch = cmp.Or(c.Batch, 8)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, 30*time.Second)
+	c.MinPoll = cmp.Or(c.MinPoll, 2*time.Millisecond)
+	c.MaxPoll = cmp.Or(c.MaxPoll, 100*time.Millisecond)
+	c.DefinitionCacheSize = cmp.Or(c.DefinitionCacheSize, 1024)
+	c.PolicyTTL = cmp.Or(c.PolicyTTL, 30*time.Second)
 	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll {
 		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
@@ -90,13 +91,6 @@ func (c *Config) withDefaults() error {
 		c.Metrics = m
 	}
 	return nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
 }
 
 // Dispatcher runs orchestration turns. New → Start → Stop.
