@@ -70,10 +70,12 @@ func TestDispatcherCommand(t *testing.T) {
 	})
 	code, _ := get("/healthz")
 	require.Equal(t, http.StatusOK, code)
-	code, metrics := get("/metrics")
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, metrics, `orchard_dispatcher_turns_total{`)
-	require.True(t, strings.Contains(metrics, `outcome="Completed"`), metrics)
+	// The turn is counted just after its ack commits.
+	waitUntil(t, "the completed turn in /metrics", func() bool {
+		code, metrics := get("/metrics")
+		require.Equal(t, http.StatusOK, code)
+		return strings.Contains(metrics, `orchard_dispatcher_turns_total{`) && strings.Contains(metrics, `outcome="Completed"`)
+	})
 
 	stop()
 	select {
