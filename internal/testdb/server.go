@@ -152,6 +152,10 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 		}
 	}
 	if cred != nil {
+		if err := reachable(dir); err != nil {
+			cleanup()
+			return nil, err
+		}
 		if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			cleanup()
 			return nil, err
@@ -296,6 +300,20 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// reachable reports, with a remedy, a directory that the server's account
+// (another user than ours) cannot reach because a parent keeps others out.
+func reachable(dir string) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("the database runs as another user, who cannot reach %s: %s is mode %v; "+
+				"choose a directory under a path others may traverse (for example /tmp) or run as a non-root user", dir, p, fi.Mode().Perm())
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 func chownTree(root string, uid, gid int) error {
