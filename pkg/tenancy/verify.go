@@ -69,8 +69,10 @@ type VerifierConfig struct {
 // Verifier checks tokens and turns them into identities. It is safe for
 // concurrent use.
 type Verifier struct {
-	parser *jwt.Parser
-	algs   []string
+	parser   *jwt.Parser
+	algs     []string
+	now      func() time.Time
+	verified verifiedCache
 	// Exactly one of these is set.
 	static *staticKeys
 	jwks   keyfunc.Keyfunc
@@ -123,6 +125,7 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 
 	v := &Verifier{
 		algs: slices.Clone(algs),
+		now:  cfg.Now,
 		parser: jwt.NewParser(
 			jwt.WithIssuer(cfg.Issuer),
 			jwt.WithAudience(cfg.Audience),
@@ -232,6 +235,14 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Identity, error) 
 	if len(token) > MaxTokenBytes {
 		return nil, unauthenticated(ErrTokenMalformed, fmt.Sprintf("longer than %d bytes", MaxTokenBytes))
 	}
+	// Verified tokens are remembered only with fixed keys: a key withdrawn
+	// from a JWKS must stop working at the next refresh.
+	now, remember := v.now(), v.static != nil
+	if remember {
+		if id, ok := v.verified.get(token, now); ok {
+			return id, nil
+		}
+	}
 	var claims tokenClaims
 	if _, err := v.parser.ParseWithClaims(token, &claims, v.keyfunc(ctx)); err != nil {
 		return nil, classify(err)
@@ -243,6 +254,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (*Identity, error) 
 	id := &Identity{Tenant: claims.Tenant, Subject: claims.Subject, Roles: roles, TokenID: claims.ID}
 	if claims.ExpiresAt != nil { // always, as WithExpirationRequired
 		id.ExpiresAt = claims.ExpiresAt.Time
+	}
+	if remember {
+		v.verified.put(token, id, now)
 	}
 	return id, nil
 }

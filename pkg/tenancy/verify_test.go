@@ -295,3 +295,37 @@ func TestVerifyLeewayConfigurable(t *testing.T) {
 		})
 	}
 }
+
+// A verified token is remembered, but never past its expiry: the second
+// call is answered from memory, and once the token expires it is refused
+// like any expired token.
+func TestVerifiedTokensExpire(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	pub, priv := newEd25519(t)
+	minter := newMinter(t, priv, clock.Now)
+	v, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
+		Issuer: testIssuer, Audience: testAudience, PublicKeys: []crypto.PublicKey{pub}, Now: clock.Now,
+	})
+	require.NoError(t, err)
+	tok, err := minter.Mint(tenancy.Claims{Tenant: "acme", Subject: "s", Roles: []tenancy.Role{tenancy.RoleClient}}, 2*time.Minute)
+	require.NoError(t, err)
+
+	first, err := v.Verify(t.Context(), tok)
+	require.NoError(t, err)
+	again, err := v.Verify(t.Context(), tok)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	// Each caller gets its own copy.
+	again.Roles = nil
+	third, err := v.Verify(t.Context(), tok)
+	require.NoError(t, err)
+	require.Equal(t, first.Roles, third.Roles)
+
+	clock.Advance(90 * time.Second) // past the cache's minute, within the token's life
+	_, err = v.Verify(t.Context(), tok)
+	require.NoError(t, err)
+	clock.Advance(time.Minute) // past expiry and the 30 s leeway
+	_, err = v.Verify(t.Context(), tok)
+	require.ErrorIs(t, err, tenancy.ErrTokenExpired)
+}
