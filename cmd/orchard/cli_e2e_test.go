@@ -27,9 +27,6 @@ import (
 // continue-as-new chain, bulk delete — checking each step's output. Ctrl-C
 // (SIGINT) then stops everything, the database included.
 func TestCLITour(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs orchard dev")
-	}
 	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "orchard")
 	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -186,11 +187,7 @@ func (s *cliSystem) register(t *testing.T, docs ...string) {
 // eventuallyCLI polls cond until it holds, or fails the test after 20s.
 func eventuallyCLI(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 20*time.Second, what, cond)
 }
 
 // timesRE matches the times the CLI prints (RFC 3339, UTC).

@@ -63,7 +63,7 @@ func TestDispatcherCommand(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	waitUntil(t, "the instance to complete", func() bool {
+	eventuallyCLI(t, "the instance to complete", func() bool {
 		in, err := st.GetInstance(ctx, &store.GetInstanceParams{TenantID: "cmd", InstanceID: "i"})
 		require.NoError(t, err)
 		return in.Status == store.StatusCompleted
@@ -71,7 +71,7 @@ func TestDispatcherCommand(t *testing.T) {
 	code, _ := get("/healthz")
 	require.Equal(t, http.StatusOK, code)
 	// The turn is counted just after its ack commits.
-	waitUntil(t, "the completed turn in /metrics", func() bool {
+	eventuallyCLI(t, "the completed turn in /metrics", func() bool {
 		code, metrics := get("/metrics")
 		require.Equal(t, http.StatusOK, code)
 		return strings.Contains(metrics, `orchard_dispatcher_turns_total{`) && strings.Contains(metrics, `outcome="Completed"`)
@@ -91,13 +91,4 @@ func freeAddr(t *testing.T) string {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(5 * time.Millisecond)
-	}
 }

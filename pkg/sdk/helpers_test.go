@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
@@ -78,11 +78,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // eventually polls cond until it holds or fails the test after 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, what, cond)
 }
 
 // unavailable is the error of a server that cannot serve now.

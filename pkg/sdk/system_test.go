@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
@@ -547,7 +548,7 @@ func TestSystemRetryWhenTheServerComesBack(t *testing.T) {
 			if t.Context().Err() != nil {
 				return
 			}
-			time.Sleep(time.Millisecond)
+			testwait.Tick()
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -77,12 +78,12 @@ func BenchmarkOrchestrations(b *testing.B) {
 		bs := newBenchSystem(b, shape)
 		bs.run()
 		b.ResetTimer()
-		interval := time.Duration(float64(time.Second) / rate)
-		next := time.Now()
+		// A steady pace: one start per tick.
+		pace := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer pace.Stop()
 		for i := range b.N {
-			time.Sleep(time.Until(next))
+			<-pace.C
 			bs.startOne(i)
-			next = next.Add(interval)
 		}
 		bs.waitTurns(2 * int64(b.N))
 		b.StopTimer()
@@ -175,7 +176,7 @@ func (bs *benchSystem) waitTurns(n int64) {
 		if time.Now().After(deadline) {
 			bs.b.Fatalf("only %d of %d turns after 10 minutes", bs.d.Stats().Turns, n)
 		}
-		time.Sleep(time.Millisecond)
+		testwait.Tick()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -222,7 +223,7 @@ func (s *system) idle() bool {
 		if b.polls >= a.polls+2*loops && b.wpolls >= a.wpolls+2*wloops {
 			return b.busy == 0
 		}
-		time.Sleep(time.Millisecond)
+		testwait.Tick()
 	}
 }
 
