@@ -107,7 +107,8 @@ ORDER BY i.%s %s, i.instance_id %s`,
 		}
 		defer rows.Close()
 		for rows.Next() {
-			in, key, err := scanInstanceWithKey(p.TenantID, rows)
+			var key int64
+			in, err := scanInstance(p.TenantID, rows, &key)
 			if err != nil {
 				return err
 			}
@@ -127,23 +128,6 @@ ORDER BY i.%s %s, i.instance_id %s`,
 		})
 	}
 	return res, nil
-}
-
-func scanInstanceWithKey(tenantID string, row pgx.Row) (*store.Instance, int64, error) {
-	var key int64
-	in := store.Instance{TenantID: tenantID}
-	var status string
-	var createdAt, updatedAt int64
-	var completedAt *int64
-	err := row.Scan(&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
-		&in.ParentInstanceID, &in.RootInstanceID, &in.Input, &in.Output, &in.Error,
-		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount, &key)
-	if err != nil {
-		return nil, 0, err
-	}
-	in.Status = store.Status(status)
-	in.CreatedAt, in.UpdatedAt, in.CompletedAt = fromMillis(createdAt), fromMillis(updatedAt), fromNullMillis(completedAt)
-	return &in, key, nil
 }
 
 // countShards is how many rows of instance_counts hold a tenant's count of

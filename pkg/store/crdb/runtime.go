@@ -128,14 +128,17 @@ LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instan
 	AND e.execution_id = i.current_execution_id
 WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting`
 
-func scanInstance(tenantID string, row pgx.Row) (*store.Instance, error) {
+// scanInstance reads the columns of selectInstance (instanceColumns in
+// listings) into an instance, then any extra columns the query appends into
+// extra.
+func scanInstance(tenantID string, row pgx.Row, extra ...any) (*store.Instance, error) {
 	in := store.Instance{TenantID: tenantID}
 	var status string
 	var createdAt, updatedAt int64
 	var completedAt *int64
-	err := row.Scan(&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
+	err := row.Scan(append([]any{&in.InstanceID, &in.Name, &in.Version, &status, &in.CurrentExecutionID,
 		&in.ParentInstanceID, &in.RootInstanceID, &in.Input, &in.Output, &in.Error,
-		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount, &in.Retention)
+		&in.Tags, &createdAt, &updatedAt, &completedAt, &in.ExecutionCount, &in.EventCount}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -148,8 +151,12 @@ func scanInstance(tenantID string, row pgx.Row) (*store.Instance, error) {
 func (s *Store) GetInstance(ctx context.Context, p *store.GetInstanceParams) (*store.Instance, error) {
 	var in *store.Instance
 	err := s.retry(ctx, func(ctx context.Context) error {
+		var retention *store.Retention
 		var err error
-		in, err = scanInstance(p.TenantID, s.pool.QueryRow(ctx, selectInstance, p.TenantID, p.InstanceID))
+		in, err = scanInstance(p.TenantID, s.pool.QueryRow(ctx, selectInstance, p.TenantID, p.InstanceID), &retention)
+		if in != nil {
+			in.Retention = retention
+		}
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
