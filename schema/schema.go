@@ -1,7 +1,7 @@
 // Package schema holds Orchard's SQL migrations and the migrator that applies
 // them. The common migrations use only SQL that both CockroachDB and PostgreSQL
 // accept (DESIGN §3); the files under crdb_only/ are applied only when the
-// server reports CockroachDB. Every statement is idempotent and runs on its
+// server reports CockroachDB, those under pg_only/ only when it does not. Every statement is idempotent and runs on its
 // own, because CockroachDB commits DDL outside the surrounding transaction.
 //
 // The migrator never drops data and takes no lock: run one migration at a
@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed migrations/*.sql crdb_only/*.sql
+//go:embed migrations/*.sql crdb_only/*.sql pg_only/*.sql
 var files embed.FS
 
 // Conn is what the migrator needs of a connection or pool.
@@ -35,16 +35,18 @@ type Conn interface {
 // Migration is one file of statements.
 type Migration struct {
 	// Version names the migration in the version table: "0001_tables" for the
-	// common set, "crdb_only/0001_queue_tuning" for CockroachDB's extras.
+	// common set, "crdb_only/0001_queue_tuning" for CockroachDB's extras,
+	// "pg_only/0001_fillfactor" for PostgreSQL's.
 	Version    string
 	Statements []string
 }
 
-// Migrations lists the migrations that apply to a server, in order.
+// Migrations lists the migrations that apply to a server, in order: the
+// common ones, then the extras of its kind.
 func Migrations(cockroach bool) ([]Migration, error) {
-	dirs := []string{"migrations"}
+	dirs := []string{"migrations", "pg_only"}
 	if cockroach {
-		dirs = append(dirs, "crdb_only")
+		dirs[1] = "crdb_only"
 	}
 	var out []Migration
 	for _, dir := range dirs {

@@ -35,22 +35,36 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	require.Len(t, applied, len(want))
 }
 
-func TestCockroachOnlyMigrationsAreSeparate(t *testing.T) {
+func TestDatabaseOnlyMigrationsAreSeparate(t *testing.T) {
 	t.Parallel()
-	common, err := schema.Migrations(false)
+	pg, err := schema.Migrations(false)
 	require.NoError(t, err)
-	all, err := schema.Migrations(true)
+	crdb, err := schema.Migrations(true)
 	require.NoError(t, err)
-	require.Greater(t, len(all), len(common))
-	for _, m := range common {
-		for _, stmt := range m.Statements {
-			for _, word := range []string{"USING HASH", "CONFIGURE ZONE", "UPSERT", "AS OF SYSTEM TIME", "SERIAL"} {
-				require.NotContains(t, strings.ToUpper(stmt), word, "%s holds CockroachDB-only SQL", m.Version)
-			}
+	// The common migrations come first in both lists, then each kind's own.
+	var common []schema.Migration
+	for _, m := range pg {
+		if !strings.Contains(m.Version, "/") {
+			common = append(common, m)
 		}
 	}
-	for _, m := range all[len(common):] {
+	require.NotEmpty(t, common)
+	require.Equal(t, common, pg[:len(common)])
+	require.Equal(t, common, crdb[:len(common)])
+	require.Greater(t, len(pg), len(common))
+	require.Greater(t, len(crdb), len(common))
+	for _, m := range pg[len(common):] {
+		require.True(t, strings.HasPrefix(m.Version, "pg_only/"), m.Version)
+	}
+	for _, m := range crdb[len(common):] {
 		require.True(t, strings.HasPrefix(m.Version, "crdb_only/"), m.Version)
+	}
+	for _, m := range common {
+		for _, stmt := range m.Statements {
+			for _, word := range []string{"USING HASH", "CONFIGURE ZONE", "UPSERT", "AS OF SYSTEM TIME", "SERIAL", "FILLFACTOR"} {
+				require.NotContains(t, strings.ToUpper(stmt), word, "%s holds SQL of one database only", m.Version)
+			}
+		}
 	}
 }
 
@@ -72,7 +86,7 @@ WHERE tc.constraint_type = 'PRIMARY KEY' AND tc.table_schema = 'public'
 		return pair, r.Scan(&pair[0], &pair[1])
 	})
 	require.NoError(t, err)
-	require.Len(t, firsts, 11)
+	require.Len(t, firsts, 12)
 	for _, f := range firsts {
 		require.Equal(t, "tenant_id", f[1], "table %s", f[0])
 	}

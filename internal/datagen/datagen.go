@@ -90,13 +90,13 @@ type Spec struct {
 
 // Result counts the rows written.
 type Result struct {
-	Tenants, Instances, Executions, Events, Locks, Tags int64
-	Elapsed                                             time.Duration
+	Tenants, Instances, Executions, Events, Locks, Tags, Prunable int64
+	Elapsed                                                       time.Duration
 }
 
 // Rows is the number of rows written.
 func (r Result) Rows() int64 {
-	return r.Tenants + r.Instances + r.Executions + r.Events + r.Locks + r.Tags
+	return r.Tenants + r.Instances + r.Executions + r.Events + r.Locks + r.Tags + r.Prunable
 }
 
 // RowsPerSecond is the write rate.
@@ -200,6 +200,8 @@ func Generate(ctx context.Context, pool *pgxpool.Pool, spec Spec) (Result, error
 					res.Locks += n
 				case "instance_tags":
 					res.Tags += n
+				case "instance_prunable":
+					res.Prunable += n
 				}
 				mu.Unlock()
 			}
@@ -214,7 +216,7 @@ feed:
 		gens = append(gens, g)
 		for lo := 0; lo < spec.InstancesPerTenant; lo += spec.ChunkSize {
 			hi := min(lo+spec.ChunkSize, spec.InstancesPerTenant)
-			for _, table := range []string{"instances", "instance_locks", "instance_tags", "executions", "history"} {
+			for _, table := range []string{"instances", "instance_locks", "instance_tags", "instance_prunable", "executions", "history"} {
 				select {
 				case jobs <- job{g: g, table: table, lo: lo, hi: hi}:
 				case <-ctx.Done():
@@ -261,7 +263,7 @@ ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + exc
 // the database would on its own some time after a bulk load. (On
 // PostgreSQL, a VACUUM also sets the visibility map for index-only scans.)
 func Analyze(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks", "instance_tags", "instance_counts"} {
+	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks", "instance_tags", "instance_prunable", "instance_counts"} {
 		if _, err := pool.Exec(ctx, "ANALYZE "+t); err != nil {
 			return fmt.Errorf("datagen: analyze %s: %w", t, err)
 		}
@@ -471,8 +473,9 @@ var columns = map[string][]string{
 	"instances": {"tenant_id", "instance_id", "name", "version", "current_execution_id", "status", "completed_at",
 		"parent_instance_id", "root_instance_id", "created_at", "updated_at", "input", "tags",
 		"execution_count", "event_count", "deleting"},
-	"instance_locks": {"tenant_id", "instance_id", "lock_token", "locked_until"},
-	"instance_tags":  {"tenant_id", "instance_id", "tag_key", "tag_value", "created_at"},
+	"instance_locks":    {"tenant_id", "instance_id", "lock_token", "locked_until"},
+	"instance_tags":     {"tenant_id", "instance_id", "tag_key", "tag_value", "created_at"},
+	"instance_prunable": {"tenant_id", "instance_id", "status"},
 	"executions": {"tenant_id", "instance_id", "execution_id", "status", "input", "output", "error",
 		"started_at", "completed_at", "event_count", "deleting"},
 	"history": {"tenant_id", "instance_id", "execution_id", "event_id", "kind", "payload", "created_at"},
@@ -530,6 +533,11 @@ func (g *gen) rows(table string, in *Instance, nev int, buf [][]any) [][]any {
 			if v, ok := in.Tags[k]; ok {
 				buf = append(buf, []any{t, in.ID, k, v, in.CreatedAt})
 			}
+		}
+		return buf
+	case "instance_prunable":
+		if len(in.Executions) > 1 {
+			buf = append(buf, []any{t, in.ID, in.Status})
 		}
 		return buf
 	case "executions":

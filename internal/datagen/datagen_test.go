@@ -37,7 +37,7 @@ func TestGenerate(t *testing.T) {
 	}
 	res, err := datagen.Generate(ctx, pool, spec)
 	require.NoError(t, err)
-	require.Equal(t, datagen.Result{Tenants: 2, Instances: 3000, Executions: 9000, Events: 36000, Locks: 3000, Tags: 6000, Elapsed: res.Elapsed}, res)
+	require.Equal(t, datagen.Result{Tenants: 2, Instances: 3000, Executions: 9000, Events: 36000, Locks: 3000, Tags: 6000, Prunable: 3000, Elapsed: res.Elapsed}, res)
 
 	count := func(sql string, args ...any) int64 {
 		t.Helper()
@@ -59,6 +59,12 @@ func TestGenerate(t *testing.T) {
 		SELECT tenant_id, status, count(*) AS n FROM instances GROUP BY tenant_id, status) i
 		FULL JOIN (SELECT tenant_id, status, sum(n) AS n FROM instance_counts GROUP BY tenant_id, status) c USING (tenant_id, status)
 		WHERE i.n IS DISTINCT FROM c.n`))
+
+	// Exactly the instances with more than one execution are prunable.
+	require.Zero(t, count(`SELECT count(*) FROM instances i
+		FULL JOIN instance_prunable p ON p.tenant_id = i.tenant_id AND p.instance_id = i.instance_id
+		WHERE i.instance_id IS NULL OR (p.instance_id IS NOT NULL) <> (i.execution_count > 1) OR p.status <> i.status`))
+	require.NotZero(t, count(`SELECT count(*) FROM instance_prunable`))
 
 	// Instance counters and denormalised columns match their rows.
 	require.Zero(t, count(`SELECT count(*) FROM instances i WHERE i.deleting

@@ -420,10 +420,20 @@ WITH t AS (
 	WHERE i.tenant_id = $1 AND i.instance_id = ANY($3::TEXT[])
 		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
-	RETURNING i.instance_id, i.status
+	RETURNING i.instance_id, i.status, i.execution_count
 ), prev AS (
 	-- The statement's snapshot: the statuses before this ack.
 	SELECT p.instance_id, p.status FROM instances p WHERE p.tenant_id = $1 AND p.instance_id = ANY($3::TEXT[])
+), chained AS (
+	-- The instances with an execution a prune can take, by status: a
+	-- continue-as-new adds one, a change of status moves it.
+	INSERT INTO instance_prunable (tenant_id, instance_id, status)
+	SELECT $1, x.instance_id, x.status FROM instance x
+	JOIN prev p ON p.instance_id = x.instance_id
+	JOIN t ON t.instance_id = x.instance_id
+	WHERE x.execution_count > 1 AND (t.new_executions > 0 OR p.status <> x.status)
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET status = excluded.status
+	RETURNING 1
 ), moved AS (
 	SELECT p.status, -1 AS d FROM instance x JOIN prev p ON p.instance_id = x.instance_id WHERE p.status <> x.status
 	UNION ALL

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -81,6 +82,10 @@ func noOrphans(t *testing.T, s *Store) {
 	require.Zero(t, count(t, s, `SELECT count(*) FROM history h WHERE NOT EXISTS (
 		SELECT 1 FROM executions e WHERE e.tenant_id = h.tenant_id AND e.instance_id = h.instance_id AND e.execution_id = h.execution_id)`),
 		"history outlived its execution")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i
+		FULL JOIN instance_prunable p ON p.tenant_id = i.tenant_id AND p.instance_id = i.instance_id
+		WHERE i.instance_id IS NULL OR (NOT i.deleting AND ((p.instance_id IS NOT NULL) <> (i.execution_count > 1) OR p.status <> i.status))`),
+		"instance_prunable disagrees with the execution counts")
 }
 
 func requireWithin(t *testing.T, txs []int64, budget int64) {
@@ -191,6 +196,7 @@ func TestPruneLongChainInBoundedTransactions(t *testing.T) {
 		SELECT 'acme', 'chain', 42, g, 'e', 1 FROM generate_series(3, 4000) AS g`)
 	exec(t, s, `UPDATE executions SET event_count = 4000 WHERE instance_id = 'chain' AND execution_id = 42`)
 	exec(t, s, `UPDATE instances SET event_count = event_count + 3998 WHERE instance_id = 'chain'`)
+	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) VALUES ('acme', 'chain', 'Running')`)
 
 	res, err := s.PruneExecutions(t.Context(), &store.PruneExecutionsParams{TenantID: "acme", InstanceID: "chain",
 		Options: store.PruneOptions{KeepLast: 10}})
@@ -272,6 +278,7 @@ func TestPruneBulkInBoundedTransactions(t *testing.T) {
 		SELECT 'acme', 'c150', 1, g, 'e', 1 FROM generate_series(3, 250) AS g`)
 	exec(t, s, `UPDATE executions SET event_count = 250 WHERE instance_id = 'c150' AND execution_id = 1`)
 	exec(t, s, `UPDATE instances SET event_count = 258 WHERE instance_id = 'c150'`)
+	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) SELECT tenant_id, instance_id, status FROM instances`)
 
 	res, err := s.PruneExecutionsBulk(t.Context(), &store.PruneExecutionsBulkParams{TenantID: "acme",
 		Options: store.PruneOptions{KeepLast: 1}})
@@ -287,5 +294,65 @@ func TestPruneBulkInBoundedTransactions(t *testing.T) {
 		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`),
 		"counters disagree with the rows")
 	require.Equal(t, int64(300), count(t, s, `SELECT count(*) FROM executions`))
+	noOrphans(t, s)
+}
+
+// instance_prunable follows the turns: a continue-as-new lists the
+// instance, a change of status moves it, a bulk prune by status finds it
+// there and takes it off once one execution is left.
+func TestPrunableFollowsTurns(t *testing.T) {
+	t.Parallel()
+	s, _ := boundedStore(t, 1000)
+	ctx := t.Context()
+	require.NoError(t, s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "acme"}))
+	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "chain", Name: "n", Start: store.Message{Kind: "start"}})
+	require.NoError(t, err)
+	turn := func(exec int64, status store.Status, next *store.ContinueAsNew) {
+		t.Helper()
+		item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "acme", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		require.NotNil(t, item)
+		ids := make([]string, len(item.Messages))
+		for i, m := range item.Messages {
+			ids[i] = m.ID
+		}
+		var wake []store.OutgoingMessage
+		if status == store.StatusRunning {
+			wake = []store.OutgoingMessage{{InstanceID: "chain", Message: store.Message{Kind: "next"}}}
+		}
+		require.NoError(t, s.AckOrchestrationItem(ctx, &store.AckOrchestrationItemParams{
+			Lease: item.Lease, ExecutionID: exec, MessageIDs: ids, Status: status, ContinueAsNew: next, Messages: wake,
+			History: []store.HistoryEvent{{EventID: int64(len(item.History)) + 1, Kind: "e"}},
+		}))
+	}
+	listed := func() string {
+		t.Helper()
+		var status string
+		err := s.pool.QueryRow(ctx, `SELECT status FROM instance_prunable WHERE tenant_id = 'acme' AND instance_id = 'chain'`).Scan(&status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ""
+		}
+		require.NoError(t, err)
+		return status
+	}
+
+	turn(1, store.StatusRunning, nil)
+	require.Empty(t, listed(), "one execution: nothing to prune")
+	turn(1, store.StatusContinuedAsNew, &store.ContinueAsNew{Start: store.Message{Kind: "start"}})
+	require.Equal(t, "Running", listed())
+	turn(2, store.StatusCompleted, nil)
+	require.Equal(t, "Completed", listed())
+	noOrphans(t, s)
+
+	res, err := s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{TenantID: "acme",
+		Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusRunning}}, Options: store.PruneOptions{KeepLast: 1}})
+	require.NoError(t, err)
+	require.Zero(t, res.ExecutionsDeleted, "not running any more")
+	res, err = s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{TenantID: "acme",
+		Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusCompleted}}, Options: store.PruneOptions{KeepLast: 1}})
+	require.NoError(t, err)
+	require.True(t, res.Complete)
+	require.Equal(t, int64(1), res.ExecutionsDeleted)
+	require.Empty(t, listed(), "one execution left")
 	noOrphans(t, s)
 }

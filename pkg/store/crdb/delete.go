@@ -29,6 +29,8 @@ WITH h AS (
 	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
 ), tg AS (
 	DELETE FROM instance_tags WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
+), pr AS (
+	DELETE FROM instance_prunable WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
 ), i AS (
 	DELETE FROM instances WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING status, deleting
 ), counted AS (

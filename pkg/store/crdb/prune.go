@@ -34,6 +34,15 @@ WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting
 ORDER BY e.deleting DESC, e.execution_id
 LIMIT $3`
 
+// unmarkPruned ends the statements that prune (tenant $1): the instances
+// of the CTE counted (instance_id, execution_count after the prune) that
+// have one execution left leave instance_prunable.
+const unmarkPruned = `unmarked AS (
+	DELETE FROM instance_prunable
+	WHERE tenant_id = $1 AND instance_id IN (SELECT instance_id FROM counted WHERE execution_count <= 1)
+	RETURNING 1
+)`
+
 // PruneExecutions deletes an instance's old executions in transactions of at
 // most MaxRowsPerTransaction rows: whole executions while they fit; an
 // execution too big for one transaction is hidden first (ListExecutions and
@@ -122,8 +131,8 @@ WITH h AS (
 	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e),
 		event_count = event_count - (SELECT count(*) FROM h)
 	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING 1
-)
+	RETURNING instance_id, execution_count
+), `+unmarkPruned+`
 SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, instanceID, whole).
 		Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
 	return r, len(cands) == len(whole), true, err
@@ -160,8 +169,8 @@ WITH e AS (
 ), counted AS (
 	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e)
 	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING 1
-)
+	RETURNING instance_id, execution_count
+), `+unmarkPruned+`
 SELECT count(*) FROM e`, tenantID, instanceID, executionID).Scan(&r.ExecutionsDeleted)
 	return r, err
 }
@@ -243,21 +252,37 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 }
 
 // pruneKey is a position in the order of bulk prune candidates: status,
-// then instance id, the order of the index instances_prunable.
+// then instance id, the order of instance_prunable_status.
 type pruneKey struct{ status, id string }
 
 // pruneBulkCandidates reads the next matching instances after the given
 // position that have more than one execution stored (nothing else can be
-// pruned). They come from instances_prunable, which holds only those: an
-// instance pruned down to one execution leaves it, and the instances of
-// other statuses than the filter's are not in the way.
+// pruned). They come from instance_prunable, which holds only those, by
+// status: an instance pruned down to one execution leaves it, so a call
+// does not wade through what earlier calls did, nor through the instances
+// of other statuses than the filter's. Each is checked against the filter
+// by its key (OFFSET 0 keeps the lookup apart, so that the candidates
+// drive).
 func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after pruneKey, n int) ([]pruneKey, error) {
 	q := &query{}
+	var where string
+	switch len(f.Statuses) {
+	case 1:
+		// Equality: the index range is that status's, from the position on.
+		where = fmt.Sprintf("p.tenant_id = %s AND p.status = %s AND p.instance_id > %s",
+			q.arg(tenantID), q.arg(string(f.Statuses[0])), q.arg(after.id))
+	default:
+		where = fmt.Sprintf("p.tenant_id = %s AND (p.status, p.instance_id) > (%s, %s)",
+			q.arg(tenantID), q.arg(after.status), q.arg(after.id))
+		if len(f.Statuses) > 1 {
+			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
+		}
+	}
 	filterInstances(q, tenantID, f, false)
-	q.where("i.execution_count > 1")
-	q.where("(i.status, i.instance_id) > (%s, %s)", q.arg(after.status), q.arg(after.id))
-	sql := fmt.Sprintf(`SELECT i.status, i.instance_id FROM instances i WHERE %s ORDER BY i.status, i.instance_id LIMIT %d`,
-		q.whereSQL(), n)
+	sql := fmt.Sprintf(`SELECT p.status, p.instance_id FROM instance_prunable p
+CROSS JOIN LATERAL (SELECT 1 FROM instances i WHERE i.instance_id = p.instance_id AND %s OFFSET 0) m
+WHERE %s
+ORDER BY p.status, p.instance_id LIMIT %d`, q.whereSQL(), where, n)
 	var keys []pruneKey
 	err := s.retry(ctx, func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
@@ -379,8 +404,8 @@ WITH d AS (
 	UPDATE instances i SET execution_count = i.execution_count - c.execs, event_count = i.event_count - c.events
 	FROM counts c
 	WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND i.instance_id = c.instance_id
-	RETURNING 1
-)
+	RETURNING i.instance_id, i.execution_count
+), `+unmarkPruned+`
 SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, inst, execs).Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
 	return r, handled, "", err
 }

@@ -238,8 +238,8 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 }
 
 // The claim statements lease up to $5 instances that have visible messages
-// and a free lease, in one statement, and return them (NULLs for an instance
-// that is gone or being deleted). Every instance has its lease row from
+// and a free lease, in one statement, and return their ids (leasedInputs
+// then reads them). Every instance has its lease row from
 // creation to deletion; a claim picks free ones at random among the
 // instances of the oldest messages, locks them skipping those another claim
 // is taking (SKIP LOCKED: claims never queue behind each other), and takes
@@ -287,14 +287,7 @@ win AS (
 	WHERE l.tenant_id = c.tenant_id AND l.instance_id = c.instance_id AND l.locked_until <= $1
 	RETURNING l.tenant_id, l.instance_id
 )
-SELECT c.tenant_id, c.instance_id, i.instance_id IS NOT NULL,
-	i.name, i.version, i.status, i.current_execution_id,
-	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
-	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count
-FROM claimed c
-LEFT JOIN instances i ON i.tenant_id = c.tenant_id AND i.instance_id = c.instance_id AND NOT i.deleting
-LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-	AND e.execution_id = i.current_execution_id`
+SELECT c.tenant_id, c.instance_id FROM claimed c`
 
 // claimForTenant is the claim for tenant $4 with a window of the given size.
 func claimForTenant(window int) string { return "WITH " + fmt.Sprintf(claimCandidates, "$4", window) }
@@ -446,26 +439,42 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 	return true, s.consumeZombies(ctx, lease, messages)
 }
 
-// leasedInputs follows a claim in the same round trip: the current
-// execution's history ('h' rows) and the visible messages ('m' rows, at most
-// $3 per instance, oldest first) of the instances leased under token $1.
+// leasedInputs follows a claim in the same round trip, so that it reads
+// what the turns before committed (in READ COMMITTED, a statement sees what
+// committed before it started; the claim may have waited for one of those
+// turns to release its lease): the instances leased under token $1, each
+// with its current execution, that execution's history and its visible
+// messages (at most $3, the oldest) as columns of arrays. The elements of
+// one lateral's arrays line up (its aggregates read the same rows in the
+// same order); the fetch sorts them. A NULL name is an instance that is
+// gone or being deleted.
 const leasedInputs = `
-(SELECT 'h', i.instance_id, '', h.event_id, h.kind, h.payload, h.created_at, 0
+SELECT l.tenant_id, l.instance_id, i.instance_id IS NOT NULL,
+	i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
+	h.ids, h.kinds, h.payloads, h.created,
+	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created
 FROM instance_locks l
-JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id
-JOIN history h ON h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id
-	AND h.execution_id = i.current_execution_id
-WHERE l.lock_token = $1)
-UNION ALL
-(SELECT 'm', m.instance_id, m.id::TEXT, m.execution_id, m.kind, m.payload, m.visible_at, m.created_at
-FROM (
-	SELECT q.instance_id, q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at,
-		row_number() OVER (PARTITION BY q.instance_id ORDER BY q.visible_at, q.created_at, q.id) AS n
-	FROM instance_locks l
-	JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-	WHERE l.lock_token = $1 AND q.visible_at <= $2
-) m
-WHERE m.n <= $3)`
+LEFT JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id AND NOT i.deleting
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id
+LEFT JOIN LATERAL (
+	SELECT array_agg(h.event_id) AS ids, array_agg(h.kind) AS kinds, array_agg(h.payload) AS payloads,
+		array_agg(h.created_at) AS created
+	FROM history h
+	WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id AND h.execution_id = i.current_execution_id
+) h ON true
+LEFT JOIN LATERAL (
+	SELECT array_agg(q.id::TEXT) AS ids, array_agg(q.execution_id) AS executions, array_agg(q.kind) AS kinds,
+		array_agg(q.payload) AS payloads, array_agg(q.visible_at) AS visible, array_agg(q.created_at) AS created
+	FROM (
+		SELECT q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND q.visible_at <= $2
+		ORDER BY q.visible_at, q.created_at, q.id
+		LIMIT $3) q
+) m ON true
+WHERE l.lock_token = $1`
 
 // fetchOnce claims instances and reads their turns' inputs in one round
 // trip, as one READ COMMITTED transaction. The claim is a compare-and-set on
@@ -498,19 +507,34 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
 	}, func(br pgx.BatchResults) error {
 		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var in store.Instance
 			var exists bool
 			var status, name, version, root *string
 			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
+			var h struct {
+				ids, created []int64
+				kinds        []string
+				payloads     [][]byte
+			}
+			var m struct {
+				ids, kinds                   []string
+				executions, visible, created []int64
+				payloads                     [][]byte
+			}
 			if err := rows.Scan(&in.TenantID, &in.InstanceID, &exists, &name, &version, &status, &execID,
 				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
-				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount); err != nil {
-				rows.Close()
+				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount,
+				&h.ids, &h.kinds, &h.payloads, &h.created,
+				&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created); err != nil {
 				return err
 			}
 			if exists {
@@ -521,26 +545,15 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				in.ExecutionCount, in.EventCount = *execCount, *eventCount
 			}
 			claimed = append(claimed, in)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if rows, err = br.Query(); err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var source, instance, id, kind string
-			var num, t1, t2 int64
-			var payload []byte
-			if err := rows.Scan(&source, &instance, &id, &num, &kind, &payload, &t1, &t2); err != nil {
-				return err
+			for i, id := range h.ids {
+				history[in.InstanceID] = append(history[in.InstanceID], store.HistoryEvent{
+					EventID: id, Kind: h.kinds[i], Payload: h.payloads[i], CreatedAt: fromMillis(h.created[i])})
 			}
-			if source == "h" {
-				history[instance] = append(history[instance], store.HistoryEvent{EventID: num, Kind: kind, Payload: payload, CreatedAt: fromMillis(t1)})
-			} else {
-				messages[instance] = append(messages[instance], store.QueuedMessage{ID: id, InstanceID: instance, ExecutionID: num,
-					Message: store.Message{Kind: kind, Payload: payload}, VisibleAt: fromMillis(t1), CreatedAt: fromMillis(t2)})
+			for i, id := range m.ids {
+				messages[in.InstanceID] = append(messages[in.InstanceID], store.QueuedMessage{
+					ID: id, InstanceID: in.InstanceID, ExecutionID: m.executions[i],
+					Message:   store.Message{Kind: m.kinds[i], Payload: m.payloads[i]},
+					VisibleAt: fromMillis(m.visible[i]), CreatedAt: fromMillis(m.created[i])})
 			}
 		}
 		return rows.Err()
@@ -577,7 +590,6 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			again = true
 		default:
 			h := history[in.InstanceID]
-			// UNION ALL keeps no order across its branches: put each in its own.
 			slices.SortFunc(h, func(a, b store.HistoryEvent) int { return cmp.Compare(a.EventID, b.EventID) })
 			slices.SortStableFunc(msgs, func(a, b store.QueuedMessage) int {
 				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
