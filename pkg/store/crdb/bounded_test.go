@@ -3,6 +3,7 @@ package crdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -262,23 +263,12 @@ func TestPruneBulkInBoundedTransactions(t *testing.T) {
 	t.Parallel()
 	const budget = 100
 	s, txs := boundedStore(t, budget)
-	// 300 chains of 5 executions (the 5th current) with 2 events each.
-	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
-		root_instance_id, created_at, updated_at, execution_count, event_count)
-		SELECT 'acme', 'c' || g::TEXT, 'n', '1', 5, 'Running', 'c' || g::TEXT, 1, 1, 5, 10
-		FROM generate_series(1, 300) AS g`)
-	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at, event_count)
-		SELECT 'acme', i.instance_id, e, CASE WHEN e = 5 THEN 'Running' ELSE 'ContinuedAsNew' END, e,
-			CASE WHEN e = 5 THEN NULL ELSE e END, 2
-		FROM instances i, generate_series(1, 5) AS e`)
-	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
-		SELECT 'acme', e.instance_id, e.execution_id, g, 'e', 1 FROM executions e, generate_series(1, 2) AS g`)
+	fabricateChains(t, s, 300, 5, 2)
 	// One chain whose oldest execution is too big for a transaction.
 	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
 		SELECT 'acme', 'c150', 1, g, 'e', 1 FROM generate_series(3, 250) AS g`)
 	exec(t, s, `UPDATE executions SET event_count = 250 WHERE instance_id = 'c150' AND execution_id = 1`)
 	exec(t, s, `UPDATE instances SET event_count = 258 WHERE instance_id = 'c150'`)
-	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) SELECT tenant_id, instance_id, status FROM instances`)
 
 	res, err := s.PruneExecutionsBulk(t.Context(), &store.PruneExecutionsBulkParams{TenantID: "acme",
 		Options: store.PruneOptions{KeepLast: 1}})
@@ -290,11 +280,84 @@ func TestPruneBulkInBoundedTransactions(t *testing.T) {
 	requireWithin(t, *txs, budget)
 	require.Greater(t, len(*txs), 30, "small instances share transactions, but not all in one")
 	require.Less(t, len(*txs), 300, "small instances share transactions")
+	requirePrunedToOne(t, s, 300)
+}
+
+// fabricateChains writes n running instances (c1 to cn) of execs
+// executions each, the last current, with events history events per
+// execution, straight into the tables.
+func fabricateChains(t *testing.T, s *Store, n, execs, events int) {
+	t.Helper()
+	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, execution_count, event_count)
+		SELECT 'acme', 'c' || g::TEXT, 'n', '1', $2::INT8, 'Running', 'c' || g::TEXT, 1, 1, $2::INT8, $2::INT8 * $3::INT8
+		FROM generate_series(1, $1::INT8) AS g`, n, execs, events)
+	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at, event_count)
+		SELECT 'acme', i.instance_id, e, CASE WHEN e = $1 THEN 'Running' ELSE 'ContinuedAsNew' END, e,
+			CASE WHEN e = $1 THEN NULL ELSE e END, $2
+		FROM instances i, generate_series(1, $1::INT8) AS e`, execs, events)
+	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
+		SELECT 'acme', e.instance_id, e.execution_id, g, 'e', 1 FROM executions e, generate_series(1, $1::INT8) AS g`, events)
+	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) SELECT tenant_id, instance_id, status FROM instances`)
+}
+
+// requirePrunedToOne checks that each of the n instances has one
+// execution left and counters that agree with its rows.
+func requirePrunedToOne(t *testing.T, s *Store, n int64) {
+	t.Helper()
 	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE i.execution_count <> 1 OR i.event_count <>
 		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`),
 		"counters disagree with the rows")
-	require.Equal(t, int64(300), count(t, s, `SELECT count(*) FROM executions`))
+	require.Equal(t, n, count(t, s, `SELECT count(*) FROM executions`))
 	noOrphans(t, s)
+}
+
+// Bulk prunes plan their transactions from a read made before them. Two of
+// them racing over the same instances, with single prunes among them,
+// delete each execution once: what one removed the other neither deletes
+// nor counts, and no transaction goes over the bound.
+func TestPruneBulkRaces(t *testing.T) {
+	t.Parallel()
+	const budget = 60
+	s, txs := boundedStore(t, budget)
+	fabricateChains(t, s, 200, 3, 2)
+
+	var wg sync.WaitGroup
+	results := make([]store.PruneResult, 3)
+	errs := make([]error, 3)
+	for i := range 2 {
+		wg.Go(func() {
+			r, err := s.PruneExecutionsBulk(t.Context(), &store.PruneExecutionsBulkParams{TenantID: "acme",
+				Options: store.PruneOptions{KeepLast: 1}})
+			if err == nil {
+				require.True(t, r.Complete)
+				results[i] = store.PruneResult{ExecutionsDeleted: r.ExecutionsDeleted, EventsDeleted: r.EventsDeleted}
+			}
+			errs[i] = err
+		})
+	}
+	wg.Go(func() {
+		for g := 200; g > 0; g -= 7 {
+			r, err := s.PruneExecutions(t.Context(), &store.PruneExecutionsParams{TenantID: "acme",
+				InstanceID: fmt.Sprintf("c%d", g), Options: store.PruneOptions{KeepLast: 1}})
+			if err != nil {
+				errs[2] = err
+				return
+			}
+			results[2].ExecutionsDeleted += r.ExecutionsDeleted
+			results[2].EventsDeleted += r.EventsDeleted
+		}
+	})
+	wg.Wait()
+	var total store.PruneResult
+	for i, r := range results {
+		require.NoError(t, errs[i])
+		total.ExecutionsDeleted += r.ExecutionsDeleted
+		total.EventsDeleted += r.EventsDeleted
+	}
+	require.Equal(t, store.PruneResult{ExecutionsDeleted: 400, EventsDeleted: 800}, total)
+	requireWithin(t, *txs, budget)
+	requirePrunedToOne(t, s, 200)
 }
 
 // instance_prunable follows the turns: a continue-as-new lists the

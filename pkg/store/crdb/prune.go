@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -177,6 +179,15 @@ SELECT count(*) FROM e`, tenantID, instanceID, executionID).Scan(&r.ExecutionsDe
 
 // PruneExecutionsBulk prunes the instances matching a filter, in (status,
 // instance id) order, up to Limit instances.
+//
+// Each page of candidates is read with the executions it may prune, outside
+// any transaction, and then pruned in transactions that each delete
+// exactly the executions chosen for them. That is safe without reading them
+// again: an execution that is not current and not running never becomes
+// either, and its history no longer grows, so a transaction deletes at most
+// the rows it was planned for; what vanished meanwhile (pruned or deleted by
+// someone else) is simply not counted. While a page is being pruned, the
+// next one is read on another connection.
 func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecutionsBulkParams) (*store.BulkPruneResult, error) {
 	if p.TenantID == "" {
 		return nil, invalid("tenant id is required")
@@ -192,78 +203,80 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 		return nil, err
 	}
 	res := &store.BulkPruneResult{}
-	var after pruneKey
-	for int(res.InstancesProcessed) < limit {
+	type page struct {
+		cands []pruneCandidate
+		more  bool // something is left after it
+		err   error
+	}
+	read := func(after pruneKey, left int) page {
 		// One more than the page: whether anything is left after it.
-		want := min(bulkPage, limit-int(res.InstancesProcessed))
-		keys, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, after, want+1)
+		want := min(bulkPage, left)
+		cands, err := s.pruneBulkCandidates(ctx, p.TenantID, &p.Filter, &p.Options, after, want+1)
+		return page{cands: cands[:min(len(cands), want)], more: len(cands) > want, err: err}
+	}
+	cur := read(pruneKey{}, limit)
+	for {
+		if cur.err != nil {
+			return res, cur.err
+		}
+		if len(cur.cands) == 0 {
+			res.Complete = true
+			return res, nil
+		}
+		var next chan page
+		left := limit - int(res.InstancesProcessed) - len(cur.cands)
+		if cur.more && left > 0 {
+			next = make(chan page, 1)
+			after := cur.cands[len(cur.cands)-1].key
+			go func() { next <- read(after, left) }()
+		}
+		err := s.prunePage(ctx, p.TenantID, cur.cands, &p.Options, res)
+		if next == nil {
+			if err == nil {
+				res.Complete = !cur.more
+			}
+			return res, err
+		}
+		nextPage := <-next
 		if err != nil {
 			return res, err
 		}
-		more := len(keys) > want
-		keys = keys[:min(len(keys), want)]
-		if len(keys) == 0 {
-			res.Complete = true
-			return res, nil
-		}
-		after = keys[len(keys)-1]
-		ids := make([]string, len(keys))
-		for i, k := range keys {
-			ids[i] = k.id
-		}
-		for len(ids) > 0 {
-			// Many small instances per transaction; one too big for that
-			// goes through PruneExecutions, in pieces.
-			var step store.PruneResult
-			var handled int
-			var big string
-			err := s.inTx(ctx, func(tx pgx.Tx) error {
-				var err error
-				step, handled, big, err = s.pruneInstancesStep(ctx, tx, p.TenantID, ids, &p.Options)
-				return err
-			})
-			if err != nil {
-				return res, err
-			}
-			s.purged(step.ExecutionsDeleted + step.EventsDeleted)
-			res.InstancesProcessed += step.InstancesProcessed
-			res.ExecutionsDeleted += step.ExecutionsDeleted
-			res.EventsDeleted += step.EventsDeleted
-			if big != "" {
-				r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: p.TenantID, InstanceID: big, Options: p.Options})
-				if err != nil && !errors.Is(err, store.ErrNotFound) {
-					return res, err
-				}
-				if err == nil {
-					res.InstancesProcessed++
-					res.ExecutionsDeleted += r.ExecutionsDeleted
-					res.EventsDeleted += r.EventsDeleted
-				}
-				handled++
-			}
-			ids = ids[handled:]
-		}
-		if !more {
-			res.Complete = true
-			return res, nil
-		}
+		cur = nextPage
 	}
-	return res, nil
 }
 
 // pruneKey is a position in the order of bulk prune candidates: status,
 // then instance id, the order of instance_prunable_status.
 type pruneKey struct{ status, id string }
 
+// pruneCandidate is an instance a bulk prune takes, with the executions
+// the options let it prune (oldest first) and their history sizes.
+type pruneCandidate struct {
+	key    pruneKey
+	execs  []int64
+	events []int64
+	// hidden says an interrupted prune left one of them half deleted: the
+	// instance is then pruned on its own, in pieces.
+	hidden bool
+}
+
+// cost is the rows pruning the candidate deletes.
+func (c *pruneCandidate) cost() int64 {
+	n := int64(len(c.execs))
+	for _, e := range c.events {
+		n += e
+	}
+	return n
+}
+
 // pruneBulkCandidates reads the next matching instances after the given
 // position that have more than one execution stored (nothing else can be
-// pruned). They come from instance_prunable, which holds only those, by
-// status: an instance pruned down to one execution leaves it, so a call
-// does not wade through what earlier calls did, nor through the instances
-// of other statuses than the filter's. Each is checked against the filter
-// by its key (OFFSET 0 keeps the lookup apart, so that the candidates
-// drive).
-func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after pruneKey, n int) ([]pruneKey, error) {
+// pruned), each with the executions the options let it prune. They come
+// from instance_prunable, which holds only those, by status: an instance
+// pruned down to one execution leaves it, so a call does not wade through
+// what earlier calls did, nor through the instances of other statuses than
+// the filter's.
+func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) ([]pruneCandidate, error) {
 	q := &query{}
 	var where string
 	switch len(f.Statuses) {
@@ -278,110 +291,155 @@ func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *sto
 			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
 		}
 	}
-	filterInstances(q, tenantID, f, false)
-	sql := fmt.Sprintf(`SELECT p.status, p.instance_id FROM instance_prunable p
-CROSS JOIN LATERAL (SELECT 1 FROM instances i WHERE i.instance_id = p.instance_id AND %s OFFSET 0) m
-WHERE %s
-ORDER BY p.status, p.instance_id LIMIT %d`, q.whereSQL(), where, n)
-	var keys []pruneKey
+	var before int64
+	if !o.CompletedBefore.IsZero() {
+		before = o.CompletedBefore.UnixMilli()
+	}
+	keep, completedBefore := q.arg(o.KeepLast), q.arg(before)
+	// instance_prunable knows the status; any other condition is checked
+	// on the instance, looked up by its key (OFFSET 0 keeps the lookup
+	// apart, so that the candidates drive).
+	var match string
+	if !statusesOnly(f) {
+		filterInstances(q, tenantID, f, false)
+		match = fmt.Sprintf("CROSS JOIN LATERAL (SELECT 1 FROM instances i WHERE i.instance_id = p.instance_id AND %s OFFSET 0) m", q.whereSQL())
+	}
+	// The current execution is the newest: executions are numbered from 1
+	// up, and a new one becomes current in the transaction that adds it.
+	sql := fmt.Sprintf(`SELECT p.status, p.instance_id,
+	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
+FROM instance_prunable p
+%[1]s
+CROSS JOIN LATERAL (
+	SELECT array_agg(e.execution_id ORDER BY e.execution_id) AS execs,
+		array_agg(e.event_count ORDER BY e.execution_id) AS events,
+		bool_or(e.deleting) AS hidden
+	FROM (SELECT e.*, max(e.execution_id) OVER () AS current_execution_id FROM executions e
+		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
+	WHERE e.deleting OR (
+		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
+		AND (%[3]s::INT8 = 0 OR e.execution_id <= e.current_execution_id - %[3]s::INT8)
+		AND (%[4]s::INT8 = 0 OR e.completed_at < %[4]s::INT8))
+) x
+WHERE %[2]s
+ORDER BY p.status, p.instance_id LIMIT %[5]d`, match, where, keep, completedBefore, n)
+	var cands []pruneCandidate
 	err := s.retry(ctx, func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
 		if err != nil {
 			return err
 		}
-		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneKey, error) {
-			var k pruneKey
-			return k, r.Scan(&k.status, &k.id)
+		cands, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneCandidate, error) {
+			var c pruneCandidate
+			return c, r.Scan(&c.key.status, &c.key.id, &c.execs, &c.events, &c.hidden)
 		})
 		return err
 	})
-	return keys, err
+	return cands, err
 }
 
-// pruneInstancesStep prunes, in one transaction, the first instances of ids
-// whose prunable executions fit in it whole. It reports how many instances
-// it handled and, when it stopped at one that needs transactions of its own
-// (too big, or left hidden by an interrupted prune), that instance, which
-// then counts as the next one.
-func (s *Store) pruneInstancesStep(ctx context.Context, tx pgx.Tx, tenantID string, ids []string, o *store.PruneOptions) (r store.PruneResult, handled int, big string, err error) {
-	var before int64
-	if !o.CompletedBefore.IsZero() {
-		before = o.CompletedBefore.UnixMilli()
-	}
-	rows, err := tx.Query(ctx, `
-SELECT e.instance_id, e.execution_id, e.event_count, e.deleting
-FROM instances i
-JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting
-	AND (e.deleting OR (
-		e.execution_id <> i.current_execution_id AND e.status <> 'Running'
-		AND ($3::INT8 = 0 OR e.execution_id <= i.current_execution_id - $3::INT8)
-		AND ($4::INT8 = 0 OR e.completed_at < $4::INT8)))
-ORDER BY e.instance_id, e.execution_id`, tenantID, ids, o.KeepLast, before)
-	if err != nil {
-		return r, 0, "", err
-	}
-	type candidate struct {
-		execs  []int64
-		cost   int64
-		hidden bool
-	}
-	byInstance := map[string]*candidate{}
-	for rows.Next() {
-		var id string
-		var exec, events int64
-		var hidden bool
-		if err := rows.Scan(&id, &exec, &events, &hidden); err != nil {
-			rows.Close()
-			return r, 0, "", err
-		}
-		c := byInstance[id]
-		if c == nil {
-			c = &candidate{}
-			byInstance[id] = c
-		}
-		c.execs = append(c.execs, exec)
-		c.cost += 1 + events
-		c.hidden = c.hidden || hidden
-	}
-	if err := rows.Err(); err != nil {
-		return r, 0, "", err
-	}
+// statusesOnly says the filter has no condition but statuses.
+func statusesOnly(f *store.InstanceFilter) bool {
+	return f.InstanceIDs == nil && f.Name == "" && f.NamePrefix == "" && f.IDPrefix == "" &&
+		f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() && f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero() &&
+		f.CompletedAfter.IsZero() && f.CompletedBefore.IsZero() && len(f.Tags) == 0 && !f.RootsOnly && f.ParentInstanceID == ""
+}
+
+// pruneShares is how many transactions of a page of a bulk prune run at
+// once. A transaction's time goes into the database's row work, which two
+// connections do in parallel; its shares are disjoint sets of instances.
+const pruneShares = 2
+
+// pruneBatch is the work of one bulk prune transaction: the executions
+// paired in inst and execs, of n instances.
+type pruneBatch struct {
+	inst  []string
+	execs []int64
+	n     int64
+}
+
+// prunePage prunes a page of candidates: whole instances, shared out in
+// pruneShares transactions or more (a transaction holds at most
+// MaxRowsPerTransaction rows), which run concurrently; then each instance
+// too big for that, or left hidden by an interrupted prune, through
+// PruneExecutions, in pieces.
+func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCandidate, o *store.PruneOptions, res *store.BulkPruneResult) error {
+	var batches []pruneBatch
+	var big []string
+	share := int64(len(cands)+pruneShares-1) / pruneShares
+	var cur pruneBatch
 	budget := s.opts.MaxRowsPerTransaction
-	var delInst []string
-	var delExec []int64
-	for _, id := range ids {
-		if c := byInstance[id]; c != nil {
-			switch {
-			case c.hidden || c.cost > s.opts.MaxRowsPerTransaction:
-				if len(delInst) == 0 {
-					return r, handled, id, nil
-				}
-				return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
-			case c.cost > budget:
-				return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
-			}
-			for _, e := range c.execs {
-				delInst, delExec = append(delInst, id), append(delExec, e)
-			}
-			budget -= c.cost
+	for i := range cands {
+		c := &cands[i]
+		cost := c.cost()
+		if c.hidden || cost > s.opts.MaxRowsPerTransaction {
+			big = append(big, c.key.id)
+			continue
 		}
-		handled++
-		r.InstancesProcessed++
+		if cur.n > 0 && (cost > budget || cur.n >= share) {
+			batches = append(batches, cur)
+			cur, budget = pruneBatch{}, s.opts.MaxRowsPerTransaction
+		}
+		for _, e := range c.execs {
+			cur.inst, cur.execs = append(cur.inst, c.key.id), append(cur.execs, e)
+		}
+		cur.n++
+		budget -= cost
 	}
-	return s.finishPrune(ctx, tx, tenantID, delInst, delExec, r, handled)
+	if cur.n > 0 {
+		batches = append(batches, cur)
+	}
+
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pruneShares)
+	for _, b := range batches {
+		g.Go(func() error {
+			var r store.PruneResult
+			if len(b.inst) > 0 {
+				err := s.inBatchTx(gctx, pgx.Serializable, func(batch *pgx.Batch) {
+					batch.Queue(finishPrune, tenantID, b.inst, b.execs)
+				}, func(br pgx.BatchResults) error {
+					return br.QueryRow().Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
+				})
+				if err != nil {
+					return err
+				}
+				s.purged(r.ExecutionsDeleted + r.EventsDeleted)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.InstancesProcessed += b.n
+			res.ExecutionsDeleted += r.ExecutionsDeleted
+			res.EventsDeleted += r.EventsDeleted
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, id := range big {
+		r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: tenantID, InstanceID: id, Options: *o})
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		res.InstancesProcessed++
+		res.ExecutionsDeleted += r.ExecutionsDeleted
+		res.EventsDeleted += r.EventsDeleted
+	}
+	return nil
 }
 
-// finishPrune deletes the chosen executions and their history and adjusts
+// finishPrune deletes the executions of tenant $1 paired in $2 (instance
+// ids) and $3 (execution ids), with their history, and adjusts
 // their instances' counters. Both key columns are bound with = ANY, so that
 // the (generic) plan reads the history of the pruned executions only, not
 // of every execution of the instances (half the rows read at 2
 // executions per instance).
-func (s *Store) finishPrune(ctx context.Context, tx pgx.Tx, tenantID string, inst []string, execs []int64, r store.PruneResult, handled int) (store.PruneResult, int, string, error) {
-	if len(inst) == 0 {
-		return r, handled, "", nil
-	}
-	err := tx.QueryRow(ctx, `
+const finishPrune = `
 WITH d AS (
 	SELECT * FROM unnest($2::TEXT[], $3::INT8[]) AS d (instance_id, execution_id)
 ), h AS (
@@ -405,7 +463,5 @@ WITH d AS (
 	FROM counts c
 	WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND i.instance_id = c.instance_id
 	RETURNING i.instance_id, i.execution_count
-), `+unmarkPruned+`
-SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, inst, execs).Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
-	return r, handled, "", err
-}
+), ` + unmarkPruned + `
+SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`
