@@ -267,6 +267,54 @@ func testAbandonWithDelay(t *testing.T, h *harness) {
 	h.ack(turn(h.mustFetch(tenant, "flaky")))
 }
 
+// The messages a lease holds come back when it is given up without
+// consuming them, at once and in the order they became visible: after an
+// abandon, after an ack that consumes some of them, and after the lease
+// expires; and not before, while renewals keep it.
+func testLeasedMessagesComeBack(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "m")
+	h.ack(turn(h.mustFetch(tenant, "m")))
+	h.enqueue(tenant, "m", `"timer"`, 10*time.Second) // visible at t+10s, sent first
+	h.clock.Advance(5 * time.Second)
+	h.enqueue(tenant, "m", `"early"`, 0) // visible at t+5s
+	h.clock.Advance(6 * time.Second)
+	h.enqueue(tenant, "m", `"late"`, 0) // visible at t+11s
+	payloads := func(item *store.OrchestrationItem) []string {
+		var out []string
+		for _, m := range item.Messages {
+			out = append(out, string(m.Payload))
+		}
+		return out
+	}
+	want := []string{`"early"`, `"timer"`, `"late"`}
+
+	item := h.mustFetch(tenant, "m")
+	require.Equal(t, want, payloads(item))
+	require.NoError(t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: item.Lease}))
+	item = h.mustFetch(tenant, "m")
+	require.Equal(t, want, payloads(item), "after an abandon")
+
+	// Renewed past the first expiry: still held, nothing to fetch.
+	h.clock.Advance(lease - time.Second)
+	_, err := h.s.RenewOrchestrationLease(h.ctx(), &store.RenewOrchestrationLeaseParams{Lease: item.Lease, Duration: lease})
+	require.NoError(t, err)
+	h.clock.Advance(2 * time.Second)
+	require.Nil(t, h.fetch(tenant), "a renewed lease let its messages go")
+	h.clock.Advance(lease)
+	item = h.mustFetch(tenant, "m")
+	require.Equal(t, want, payloads(item), "after the lease expired")
+
+	// The turn consumes the first message only; the others are there at once.
+	p := turn(item)
+	p.MessageIDs, p.History = p.MessageIDs[:1], p.History[:1]
+	h.ack(p)
+	item = h.mustFetch(tenant, "m")
+	require.Equal(t, want[1:], payloads(item), "after an ack that left some")
+	h.ack(turn(item))
+	require.Nil(t, h.fetch(tenant))
+}
+
 // An ack that fails part-way (here: a history event id that already exists,
 // after the lease release and message deletes were sent) leaves nothing of
 // itself behind: the lease is still held, the messages are still there, and

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"LostLeaseAckWritesNothing", testLostLeaseAckWritesNothing},
 		{"BatchFetchAndAck", testBatchFetchAndAck},
 		{"AbandonWithDelay", testAbandonWithDelay},
+		{"LeasedMessagesComeBack", testLeasedMessagesComeBack},
 		{"AckFailurePartWayLeavesNothing", testAckFailurePartWay},
 		{"AckTerminalStatus", testAckTerminalStatus},
 		{"ContinueAsNew", testContinueAsNew},
