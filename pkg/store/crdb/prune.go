@@ -24,17 +24,26 @@ func validatePrune(o *store.PruneOptions) error {
 // newest KeepLast ($4; executions are numbered without gaps from the
 // current one down, and pruning takes the oldest, so those are the ones
 // numbered above current - KeepLast), completed strictly before $5.
-const pruneCandidates = `
+var pruneCandidates = `
 SELECT e.execution_id, e.event_count, e.deleting
 FROM instances i
 JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting
-	AND (e.deleting OR (
-		e.execution_id <> i.current_execution_id AND e.status <> 'Running'
-		AND ($4::INT8 = 0 OR e.execution_id <= i.current_execution_id - $4::INT8)
-		AND ($5::INT8 = 0 OR e.completed_at < $5::INT8)))
+	AND ` + prunableExecution("i.current_execution_id", "$4", "$5") + `
 ORDER BY e.deleting DESC, e.execution_id
 LIMIT $3`
+
+// prunableExecution is the condition on an execution e that a prune takes
+// it, given the SQL of the current execution's id, KeepLast and the
+// completed-before cutoff in epoch milliseconds (0: none): one hidden by an
+// interrupted prune (deleting), or one neither current nor running, old
+// enough and finished early enough.
+func prunableExecution(current, keep, before string) string {
+	return fmt.Sprintf(`(e.deleting OR (
+		e.execution_id <> %[1]s AND e.status <> 'Running'
+		AND (%[2]s::INT8 = 0 OR e.execution_id <= %[1]s - %[2]s::INT8)
+		AND (%[3]s::INT8 = 0 OR e.completed_at < %[3]s::INT8)))`, current, keep, before)
+}
 
 // unmarkPruned ends the statements that prune (tenant $1): the instances
 // of the CTE counted (instance_id, execution_count after the prune) that
@@ -316,13 +325,10 @@ CROSS JOIN LATERAL (
 		bool_or(e.deleting) AS hidden
 	FROM (SELECT e.*, max(e.execution_id) OVER () AS current_execution_id FROM executions e
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
-	WHERE e.deleting OR (
-		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
-		AND (%[3]s::INT8 = 0 OR e.execution_id <= e.current_execution_id - %[3]s::INT8)
-		AND (%[4]s::INT8 = 0 OR e.completed_at < %[4]s::INT8))
+	WHERE %[3]s
 ) x
 WHERE %[2]s
-ORDER BY p.status, p.instance_id LIMIT %[5]d`, match, where, keep, completedBefore, n)
+ORDER BY p.status, p.instance_id LIMIT %[4]d`, match, where, prunableExecution("e.current_execution_id", keep, completedBefore), n)
 	var cands []pruneCandidate
 	err := s.retry(ctx, func(ctx context.Context) error {
 		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
