@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -473,7 +474,7 @@ var columns = map[string][]string{
 	"instances": {"tenant_id", "instance_id", "name", "version", "current_execution_id", "status", "completed_at",
 		"parent_instance_id", "root_instance_id", "created_at", "updated_at", "input", "tags",
 		"execution_count", "event_count", "deleting"},
-	"instance_locks":    {"tenant_id", "instance_id", "lock_token", "locked_until"},
+	"instance_locks":    {"tenant_id", "instance_id", "lock_token", "locked_until", "due_at"},
 	"instance_tags":     {"tenant_id", "instance_id", "tag_key", "tag_value", "created_at"},
 	"instance_prunable": {"tenant_id", "instance_id", "status"},
 	"executions": {"tenant_id", "instance_id", "execution_id", "status", "input", "output", "error",
@@ -527,7 +528,8 @@ func (g *gen) rows(table string, in *Instance, nev int, buf [][]any) [][]any {
 			parent, in.RootID, in.CreatedAt, in.UpdatedAt, g.payload, in.tagsJSON(),
 			int64(len(in.Executions)), int64(len(in.Executions) * nev), false})
 	case "instance_locks":
-		return append(buf, []any{t, in.ID, in.lockToken, int64(0)})
+		// No message queued: not due.
+		return append(buf, []any{t, in.ID, in.lockToken, int64(0), int64(math.MaxInt64)})
 	case "instance_tags":
 		for _, k := range g.tagKeys {
 			if v, ok := in.Tags[k]; ok {

@@ -1,9 +1,12 @@
 package crdb
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -53,6 +56,13 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 	}
 	if len(tenants) == 0 {
 		return results, nil
+	}
+	// Lease rows are locked in key order (see wakeTargets).
+	slices.Sort(tenants)
+	for _, idx := range byTenant {
+		slices.SortStableFunc(idx, func(a, b int) int {
+			return cmp.Compare(p.Turns[a].Lease.InstanceID, p.Turns[b].Lease.InstanceID)
+		})
 	}
 	now := s.now()
 	held := map[int]bool{}
@@ -153,21 +163,24 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 // The statements before the last rely on two rows per turn staying as they
 // are until the transaction ends: the lease (held by this token, not
 // expired) and the instance (still there, not being deleted, still on this
-// execution). The first statement pins both with writes, which conflict on
-// every database and at every isolation level: a claim's compare-and-set
-// and a delete then wait for this transaction, and a SERIALIZABLE delete
-// that lost the race retries and sees what the turn wrote. The later ones
-// only look.
+// execution). The first statement locks the lease rows in key order (see
+// lockLeases) and pins the instances with a write. A claim passes over a
+// locked row, a delete waits for it, and a write conflicts on every
+// database and at every isolation level: a SERIALIZABLE delete that lost
+// the race retries and sees what the turn wrote. (On CockroachDB a
+// SERIALIZABLE transaction's row locks are best effort; a lease taken
+// from under it then fails its commit, which retries and finds the lease
+// lost.) The later ones only look.
 const (
 	turnsParam = `turns AS (
 	SELECT * FROM unnest($3::TEXT[], $4::UUID[], $5::INT8[]) AS t (instance_id, token, execution_id)
 )`
 	pinTurns = turnsParam + `, pinned_lease AS (
-	UPDATE instance_locks l SET locked_until = l.locked_until
-	FROM turns t
-	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
-		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
-	RETURNING l.instance_id
+	SELECT l.instance_id FROM instance_locks l
+	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lock_token
+	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[]) AND l.locked_until > $2
+	ORDER BY l.instance_id
+	FOR UPDATE OF l
 ), turn AS (
 	UPDATE instances i SET updated_at = i.updated_at
 	FROM turns t
@@ -184,18 +197,37 @@ const (
 )`
 )
 
+// lockLeases locks the lease rows of instances $3 of tenant $1 in key
+// order. Enqueues wake other instances by writing their lease rows
+// (wakeDue), so an ack's wake waits for the rows other acks hold, and
+// theirs for its; when every ack takes its rows in one order, those waits
+// never close a cycle. (A bare UPDATE takes its rows in whatever order its
+// plan reads them.) The statement of an ack that first touches lease rows
+// takes them this way: the wake, else the pin (pinTurns, in the same
+// order), else the last statement; the rows it updates are among those it
+// locked first.
+const lockLeases = `locked AS (
+	SELECT o.instance_id FROM instance_locks o
+	WHERE o.tenant_id = $1 AND o.instance_id = ANY($3::TEXT[])
+	ORDER BY o.instance_id
+	FOR UPDATE
+)`
+
 // ackStatement is one statement of an ack before the last; its SQL opens
-// with the turn CTE, pinned or held.
+// with the turn CTE, pinned or held, and its arguments follow those of the
+// turns, unless it is bare.
 type ackStatement struct {
 	sql  string
 	args []any
+	bare bool
 }
 
 // ackMiddleStatements lists the statements of an ack before the last, in
-// order: cancellations (a turn may cancel an activity id and schedule it
-// anew), then new tasks, messages and next executions, then children. The
-// first of them pins the turns (queueAck puts pinTurns where the %s is, and
-// heldTurns in the others).
+// order: the wake of the other instances the turns send to, cancellations
+// (a turn may cancel an activity id and schedule it anew), then new tasks,
+// messages and next executions, then children. The first after the wake
+// pins the turns (queueAck puts pinTurns where the %s is, and heldTurns in
+// the others).
 func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStatement {
 	var cancels, enqueues, children bool
 	for _, t := range turns {
@@ -316,9 +348,9 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 	SELECT $1, c.instance_id, 1, 'Running', c.input, $2 FROM c WHERE c.instance_id IN (SELECT instance_id FROM created)
 	RETURNING 1
 ), leases AS (
-	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
-	SELECT $1, instance_id, gen_random_uuid(), 0 FROM created
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	SELECT $1, instance_id, gen_random_uuid(), 0, $2 FROM created
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -347,7 +379,46 @@ WHERE c.parent IN (SELECT instance_id FROM turn) AND c.instance_id NOT IN (SELEC
 		// pin on its own first.
 		out = append([]ackStatement{{sql: `WITH %s SELECT count(*) FROM turn`}}, out...)
 	}
+	if w := wakeTargets(turns); w != nil {
+		out = append([]ackStatement{*w}, out...)
+	}
 	return out
+}
+
+// wakeTargets is the statement that makes the instances the turns send
+// messages to due (see wakeDue), or nil when they send only to themselves:
+// the release reads what a turn's own instance has left. It has its own
+// statement (the pin writes the same table, and CockroachDB takes one write
+// per table and statement), the first of the ack, and locks the turns' own
+// lease rows with the others (lockLeases). A wake for a turn that turns out
+// not to hold costs one needless claim.
+func wakeTargets(turns []*store.AckOrchestrationItemParams) *ackStatement {
+	// Delay per lease row; -1 for the turns' own.
+	due := make(map[string]int64, len(turns))
+	for _, t := range turns {
+		due[t.Lease.InstanceID] = -1
+	}
+	woken := false
+	for _, t := range turns {
+		for _, m := range t.Messages {
+			if d, ok := due[m.InstanceID]; !ok || d > m.Delay.Milliseconds() {
+				due[m.InstanceID], woken = m.Delay.Milliseconds(), true
+			}
+		}
+	}
+	if !woken {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(due))
+	delays := make([]int64, len(ids))
+	for i, id := range ids {
+		delays[i] = due[id]
+	}
+	return &ackStatement{bare: true, args: []any{ids, delays}, sql: `WITH ` + lockLeases + `
+UPDATE instance_locks l SET due_at = ` + wakeDue("$2 + w.delay") + `
+FROM unnest($3::TEXT[], $4::INT8[]) AS w (instance_id, delay)
+WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[]) AND l.instance_id = w.instance_id AND w.delay >= 0
+	AND l.instance_id IN (SELECT instance_id FROM locked)`}
 }
 
 func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemParams, now int64) {
@@ -356,12 +427,14 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 	for i, t := range turns {
 		inst[i], token[i], exec[i] = t.Lease.InstanceID, t.Lease.Token, t.ExecutionID
 	}
-	for i, st := range ackMiddleStatements(turns) {
-		turn := heldTurns
-		if i == 0 {
-			turn = pinTurns
+	turn := pinTurns
+	for _, st := range ackMiddleStatements(turns) {
+		if st.bare {
+			b.Queue(st.sql, append([]any{tenant, now}, st.args...)...)
+			continue
 		}
 		b.Queue(fmt.Sprintf(st.sql, turn), append([]any{tenant, now, inst, token, exec}, st.args...)...)
+		turn = heldTurns
 	}
 
 	// Last: release the leases and write the turns' own rows, conditioned
@@ -406,11 +479,14 @@ WITH t AS (
 		$10::INT8[], $11::TEXT[], $12::INT8[], $13::INT8[], $14::INT8[])
 		AS t (instance_id, token, execution_id, status, output, error, completed_at,
 			events, instance_status, instance_completed_at, current_execution_id, new_executions)
-), lease AS (
-	UPDATE instance_locks l SET locked_until = 0
+), `+lockLeases+`, lease AS (
+	-- Due at the earliest message the turn leaves (its own sends, which
+	-- the statements before wrote, included).
+	UPDATE instance_locks l SET locked_until = 0, due_at = `+releaseDue(nextDue("$16::UUID[]"))+`
 	FROM t
 	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
 		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2
+		AND l.instance_id IN (SELECT instance_id FROM locked)
 	RETURNING l.instance_id
 ), instance AS (
 	UPDATE instances i SET status = t.instance_status, completed_at = COALESCE(i.completed_at, t.instance_completed_at), updated_at = $2,

@@ -15,10 +15,9 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// claimWindow is how many of the oldest visible messages a fetch chooses
-// among at random, so that concurrent dispatchers rarely reach for the same
-// instance.
-const claimWindow = 32
+// zombieWindow is how many of a tenant's oldest visible messages a fetch
+// that found no work looks among for messages of instances that are gone.
+const zombieWindow = 32
 
 // StartOrchestration creates the instance, execution 1 and the start message
 // in one statement.
@@ -49,9 +48,9 @@ WITH i AS (
 	SELECT $1, instance_id, 1, 'Running', $6, $5 FROM i
 	RETURNING instance_id
 ), l AS (
-	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
-	SELECT $1, instance_id, gen_random_uuid(), 0 FROM i
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	SELECT $1, instance_id, gen_random_uuid(), 0, $5 FROM i
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -87,6 +86,23 @@ func tagsOf(tags map[string]string) map[string]string {
 	return tags
 }
 
+// enqueueMessage adds a message (execution $3, kind $4, payload $5,
+// visible at $6, now $7) to instance $2 of tenant $1 unless it is gone or
+// being deleted, and makes the instance due by then; it returns the
+// message's id.
+var enqueueMessage = `
+WITH m AS (
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+	SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances
+	WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
+	RETURNING id
+), woken AS (
+	UPDATE instance_locks l SET due_at = ` + wakeDue("$6") + `
+	WHERE l.tenant_id = $1 AND l.instance_id = $2 AND EXISTS (SELECT 1 FROM m)
+	RETURNING 1
+)
+SELECT id::TEXT FROM m`
+
 // Enqueue adds a message to an existing instance's queue.
 func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
 	if p.TenantID == "" || p.InstanceID == "" || p.Message.Kind == "" {
@@ -97,14 +113,15 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 	}
 	now := s.now()
 	var id string
-	err := s.retry(ctx, func(ctx context.Context) error {
+	// READ COMMITTED: under SERIALIZABLE, the write to the lease row would
+	// fail whenever a claim or a turn of the instance updated the row since
+	// the enqueue began. The statement is atomic at any level.
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(enqueueMessage,
+			p.TenantID, p.InstanceID, p.ExecutionID, p.Message.Kind, p.Message.Payload, now+p.Delay.Milliseconds(), now)
+	}, func(br pgx.BatchResults) error {
 		id = ""
-		err := s.pool.QueryRow(ctx, `
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances
-WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
-RETURNING id::TEXT`,
-			p.TenantID, p.InstanceID, p.ExecutionID, p.Message.Kind, p.Message.Payload, now+p.Delay.Milliseconds(), now).Scan(&id)
+		err := br.QueryRow().Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -237,72 +254,85 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 	return events, rows.Err()
 }
 
-// The claim statements lease up to $5 instances that have visible messages
-// and a free lease, in one statement, and return their ids (leasedInputs
-// then reads them). Every instance has its lease row from
-// creation to deletion; a claim picks free ones at random among the
-// instances of the oldest messages, locks them skipping those another claim
-// is taking (SKIP LOCKED: claims never queue behind each other), and takes
-// them by compare-and-set (locked_until <= now), which alone makes it
-// correct.
+// Every lease row carries due_at, the time its instance next needs a turn
+// (migration 0014): the earliest visible_at of its messages, noneDue when
+// it has none, the lease's end while a dispatcher holds it. A claim reads
+// due instances in that order from (tenant_id, due_at); leased instances
+// are out of its way, due only when their lease ends.
 //
-// The window (its size written into the statement, so that the plan, made
-// once, knows it) is read in index order without a range predicate: the
-// plan is an index scan that stops early, then one lease lookup per entry,
-// whatever the statistics say. Only when no instance in the window can be
-// had does the second branch look deeper, for one instance.
-const claimCandidates = `
-win AS (
-	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
-	WHERE q.tenant_id = %[1]s
-	ORDER BY q.visible_at
-	LIMIT %[2]d
-), pickable AS (
-	-- One lease lookup per window entry (LATERAL, OFFSET 0: a nested loop
-	-- on the primary key, never a scan of every lease), no lock taken:
-	-- the random choice comes first, so that concurrent claims lock
-	-- different rows instead of each locking the whole window.
-	SELECT l.instance_id FROM win w
-	CROSS JOIN LATERAL (
-		SELECT l.instance_id FROM instance_locks l
-		WHERE l.tenant_id = %[1]s AND l.instance_id = w.instance_id AND l.locked_until <= $1
-		OFFSET 0) l
-	WHERE w.visible_at <= $1
-	ORDER BY random()
+// The writers keep one rule: an instance with a message visible at v is due
+// at v or earlier, or is leased. An enqueue lowers due_at to its message's
+// visible_at (wakeDue), in the transaction that adds the message. A
+// release (ack, abandon) sets it to the earliest message left, read in its
+// own statement (releaseDue); a message enqueued meanwhile may be missing
+// from that read, so an enqueue onto a row with a lease also lowers due_at
+// below locked_until, which a claim, a renewal and a release never do: the
+// release sees it (after waiting for the enqueue's row lock, it reads the
+// row anew) and keeps the lower value. The price of a wrong guess is one
+// claim that finds nothing visible and abandons, which sets due_at exactly.
+
+// noneDue is the due_at of an instance with no message.
+const noneDue = "9223372036854775807"
+
+// wakeDue is the due_at of lease row l after an enqueue of a message
+// visible at v (an SQL expression).
+func wakeDue(v string) string {
+	return fmt.Sprintf("LEAST(l.due_at, %[1]s, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE %[1]s END)", v)
+}
+
+// releaseDue is the due_at of lease row l when its lease is released and
+// next (an SQL expression) is the earliest visible_at of the messages left,
+// as the release read them.
+func releaseDue(next string) string {
+	return fmt.Sprintf("CASE WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, %[1]s) ELSE %[1]s END", next)
+}
+
+// nextDue is the earliest visible_at of the messages of lease row l's
+// instance, noneDue when it has none, leaving out the messages whose ids
+// are in the SQL array except (none when empty).
+func nextDue(except string) string {
+	cond := ""
+	if except != "" {
+		cond = " AND NOT (q.id = ANY(" + except + "))"
+	}
+	return `COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id` + cond + `), ` + noneDue + `)`
+}
+
+// The claim statements lease up to $5 due instances with a free lease, in
+// one statement, and return their ids (leasedInputs then reads them). It
+// locks the first due rows of the tenant in order, skipping rows another
+// claim is taking (SKIP LOCKED: claims never queue behind each other), and
+// takes them by compare-and-set (locked_until <= now), which alone makes
+// it correct. A claimed row is due when its lease ends.
+const claimDue = `due AS (
+	SELECT l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = %[1]s AND l.due_at <= $1 AND l.locked_until <= $1
+	ORDER BY l.due_at
 	LIMIT $5
-), near AS (
-	SELECT l.tenant_id, l.instance_id FROM instance_locks l
-	WHERE l.tenant_id = %[1]s AND l.instance_id IN (SELECT instance_id FROM pickable) AND l.locked_until <= $1
-	FOR UPDATE SKIP LOCKED), deep AS (
-	SELECT l.tenant_id, l.instance_id FROM orchestrator_queue q
-	JOIN instance_locks l ON l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id
-	WHERE q.tenant_id = %[1]s AND q.visible_at <= $1 AND l.locked_until <= $1
-		AND NOT EXISTS (SELECT 1 FROM near)
-	ORDER BY q.visible_at
-	LIMIT 1
-	FOR UPDATE OF l SKIP LOCKED
+	FOR UPDATE SKIP LOCKED
 ), claimed AS (
-	UPDATE instance_locks l SET lock_token = $2, locked_until = $3
-	FROM (SELECT tenant_id, instance_id FROM near UNION ALL SELECT tenant_id, instance_id FROM deep) c
-	WHERE l.tenant_id = c.tenant_id AND l.instance_id = c.instance_id AND l.locked_until <= $1
+	-- By key, from an array: joined with due, the update would be planned
+	-- as a hash join over a scan of every lease row of the table.
+	UPDATE instance_locks l SET lock_token = $2, locked_until = $3, due_at = $3
+	WHERE l.tenant_id = %[1]s AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due)) AND l.locked_until <= $1
 	RETURNING l.tenant_id, l.instance_id
 )
 SELECT c.tenant_id, c.instance_id FROM claimed c`
 
-// claimForTenant is the claim for tenant $4 with a window of the given size.
-func claimForTenant(window int) string { return "WITH " + fmt.Sprintf(claimCandidates, "$4", window) }
-
-// claimForAnyTenant serves tenants in turn: the first registered tenant
-// after $4 (wrapping around) that has claimable work.
-func claimForAnyTenant(window int) string {
-	return claimPickTenant + fmt.Sprintf(claimCandidates, "(SELECT tenant_id FROM pick)", window)
-}
-
 var (
+	// claimForTenant is the claim for tenant $4.
+	claimForTenant = "WITH " + fmt.Sprintf(claimDue, "$4")
+
+	// claimForAnyTenant serves tenants in turn: the first registered tenant
+	// after $4 (wrapping around) that has claimable work.
+	claimForAnyTenant = claimPickTenant + fmt.Sprintf(claimDue, "(SELECT tenant_id FROM pick)")
+
 	// The tenants after $4, then from the first, walked in key order and
-	// stopping at the first with claimable work: among its oldest visible
-	// messages (a bounded head, so the probe costs the same whatever the
-	// backlog), one whose instance has no live lease.
+	// stopping at the first with claimable work: among its first due
+	// instances (a bounded head, so the probe costs the same whatever the
+	// backlog; leased rows are in it only when a message came during their
+	// lease), one without a live lease.
 	claimPickTenant = `WITH pick AS (
 	SELECT tenant_id FROM (
 		(SELECT t.tenant_id FROM tenants t WHERE t.tenant_id > $4 AND ` + claimableWork + ` ORDER BY t.tenant_id LIMIT 1)
@@ -314,19 +344,18 @@ var (
 
 	claimableWork = `EXISTS (
 		SELECT 1 FROM (
-			SELECT q.instance_id FROM orchestrator_queue q
-			WHERE q.tenant_id = t.tenant_id AND q.visible_at <= $1
-			ORDER BY q.visible_at
+			SELECT l.locked_until FROM instance_locks l
+			WHERE l.tenant_id = t.tenant_id AND l.due_at <= $1
+			ORDER BY l.due_at
 			LIMIT 512) w
-		WHERE NOT EXISTS (SELECT 1 FROM instance_locks l
-			WHERE l.tenant_id = t.tenant_id AND l.instance_id = w.instance_id AND l.locked_until > $1))`
+		WHERE w.locked_until <= $1)`
 
 	// claimZombie leases, for tenant $4, one instance among the oldest
 	// visible messages ($5 entries) that has no lease row: its messages
 	// outlived it (it was deleted). The fetch then consumes them.
 	claimZombie = `
-INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until)
-SELECT $4, w.instance_id, $2, $3 FROM (
+INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+SELECT $4, w.instance_id, $2, $3, $3 FROM (
 	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
 	WHERE q.tenant_id = $4
 	ORDER BY q.visible_at
@@ -411,7 +440,7 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 	var instanceID string
 	var messages []store.QueuedMessage
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(claimZombie, now, token, now+leaseDuration.Milliseconds(), tenantID, claimWindow)
+		b.Queue(claimZombie, now, token, now+leaseDuration.Milliseconds(), tenantID, zombieWindow)
 		b.Queue(`SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_locks l
 			JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
 			WHERE l.tenant_id = $1 AND l.lock_token = $2 AND q.visible_at <= $3
@@ -493,16 +522,13 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		messages map[string][]store.QueuedMessage
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		// Room enough that concurrent claims find different free
-		// instances; every entry costs a lease lookup.
-		window := claimWindow + 16*max
 		if p.TenantID != "" {
-			b.Queue(claimForTenant(window), now, token, until, p.TenantID, max)
+			b.Queue(claimForTenant, now, token, until, p.TenantID, max)
 		} else {
 			s.mu.Lock()
 			after := s.orchestratorTurn
 			s.mu.Unlock()
-			b.Queue(claimForAnyTenant(window), now, token, until, after, max)
+			b.Queue(claimForAnyTenant, now, token, until, after, max)
 		}
 		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
 	}, func(br pgx.BatchResults) error {
@@ -563,7 +589,8 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		// results (a cancelled context, a row that will not scan) may come
 		// after the claim committed. Let go of the leases we may hold, so
 		// the instances are not blocked until they expire.
-		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `UPDATE instance_locks SET locked_until = 0 WHERE lock_token = $1`, token)
+		// Due now: whoever claims them next sorts out what they hold.
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), `UPDATE instance_locks SET locked_until = 0, due_at = 0 WHERE lock_token = $1`, token)
 		return nil, false, err
 	}
 	if len(claimed) > 0 && p.TenantID == "" {
@@ -635,7 +662,9 @@ func (s *Store) RenewOrchestrationLease(ctx context.Context, p *store.RenewOrche
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `UPDATE instance_locks SET locked_until = $5
+		// Due when the lease ends, unless a message came during it.
+		tag, err := s.pool.Exec(ctx, `UPDATE instance_locks l SET locked_until = $5,
+				due_at = CASE WHEN l.due_at < l.locked_until THEN l.due_at ELSE $5 END
 			WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 			p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now, until)
 		renewed = tag.RowsAffected() == 1
@@ -669,12 +698,14 @@ func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOr
 		var err error
 		var n int64
 		if p.Delay == 0 {
-			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks SET locked_until = 0
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET locked_until = 0, due_at = `+releaseDue(nextDue(""))+`
 				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now)
 			n, err = tag.RowsAffected(), e
 		} else {
-			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks SET lock_token = $5, locked_until = $6
+			// Not due before the delay ends.
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET lock_token = $5, locked_until = $6,
+					due_at = GREATEST(`+releaseDue(nextDue(""))+`, $6)
 				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now, uuid.NewString(), now+p.Delay.Milliseconds())
 			n, err = tag.RowsAffected(), e

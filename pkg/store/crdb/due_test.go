@@ -1,0 +1,212 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// requireDue checks the rule every writer of due_at keeps: an instance with
+// a queued message is due by the message's visible_at, or by the end of the
+// lease its row has.
+func requireDue(t *testing.T, s *Store) {
+	t.Helper()
+	var late []string
+	rows, err := s.pool.Query(t.Context(), `
+SELECT l.instance_id || ' due ' || l.due_at || ', lease until ' || l.locked_until || ', message at ' || q.v
+FROM instance_locks l
+JOIN (SELECT tenant_id, instance_id, min(visible_at) AS v FROM orchestrator_queue GROUP BY tenant_id, instance_id) q
+	ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+WHERE l.due_at > GREATEST(q.v, l.locked_until)`)
+	require.NoError(t, err)
+	late, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, late, "instances due later than their messages")
+}
+
+// A message enqueued while a release is under way, which the release's
+// read cannot see, still makes the instance due: on PostgreSQL the release
+// waits for the enqueue's lock on the lease row, reads the row anew (READ
+// COMMITTED) and keeps the lower due_at it finds there.
+func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
+	t.Parallel()
+	if testdb.SharedServer(t).Cockroach {
+		t.Skip("watches PostgreSQL's lock waits (pg_stat_activity); CockroachDB retries the statement on the conflict instead")
+	}
+	ctx := t.Context()
+	s := New(testdb.Pool(t, 8), Options{})
+	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+		TenantID: "t", InstanceID: "x", Name: "n", Start: store.Message{Kind: "start"}})
+	require.NoError(t, err)
+	item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "t", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.NotNil(t, item)
+
+	// An enqueue that has written its message and the lease row, and not
+	// yet committed.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	now := s.now()
+	var late string
+	require.NoError(t, tx.QueryRow(ctx, enqueueMessage, "t", "x", 1, "late", []byte(nil), now, now).Scan(&late))
+
+	// The ack reads the queue (without the message) and waits for the row.
+	acked := make(chan error, 1)
+	go func() {
+		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
+			Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning})
+	}()
+	testwait.Until(t, 10*time.Second, "the ack to wait for the lease row", func() bool {
+		var n int
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%lease AS (%'`).Scan(&n))
+		return n == 1
+	})
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-acked)
+
+	requireDue(t, s)
+	next, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "t", LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.NotNil(t, next, "the message enqueued during the ack was not fetched")
+	require.Len(t, next.Messages, 1)
+	require.Equal(t, late, next.Messages[0].ID)
+}
+
+// Dispatchers pass messages among instances (to themselves, to instances of
+// their own batch, to instances another dispatcher holds, some with a
+// delay) while clients enqueue from outside. Every message is consumed
+// exactly once, no instance is left due later than its messages at any
+// quiet moment, and acks that message each other's instances do not
+// deadlock.
+func TestDueUnderConcurrentSends(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := New(testdb.Pool(t, 16), Options{})
+	var deadlocks atomic.Int64
+	s.onRetry = func(_ int, err error) {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "40P01" {
+			deadlocks.Add(1)
+		}
+	}
+	const instances, dispatchers, clients, hops = 24, 6, 2, 6
+	for i := range instances {
+		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+			TenantID: "t", InstanceID: fmt.Sprintf("i%02d", i), Name: "n", Start: store.Message{Kind: "start", Payload: []byte("0")}})
+		require.NoError(t, err)
+	}
+	// A message with payload n > 0 makes its turn send one with n-1.
+	var sent, consumed atomic.Int64
+	sent.Add(instances)
+	seen := sync.Map{}
+	var clientsDone atomic.Bool
+	var running sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
+	running.Add(clients)
+	go func() {
+		running.Wait()
+		clientsDone.Store(true)
+	}()
+	for range clients {
+		g.Go(func() error {
+			defer running.Done()
+			for range 40 {
+				_, err := s.Enqueue(gctx, &store.EnqueueParams{TenantID: "t", InstanceID: fmt.Sprintf("i%02d", rand.IntN(instances)),
+					Message: store.Message{Kind: "event", Payload: []byte(strconv.Itoa(hops))}})
+				if err != nil {
+					return err
+				}
+				sent.Add(1)
+			}
+			return nil
+		})
+	}
+	for range dispatchers {
+		g.Go(func() error {
+			for {
+				items, err := s.FetchOrchestrationItems(gctx, &store.FetchOrchestrationItemsParams{
+					FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: "t", LeaseDuration: time.Minute},
+					Max:                          4})
+				if err != nil {
+					return err
+				}
+				if len(items) == 0 {
+					if clientsDone.Load() && consumed.Load() == sent.Load() {
+						return nil
+					}
+					testwait.Tick()
+					continue
+				}
+				turns := make([]*store.AckOrchestrationItemParams, len(items))
+				var out int64
+				for i, item := range items {
+					turn := &store.AckOrchestrationItemParams{Lease: item.Lease, ExecutionID: 1, Status: store.StatusRunning}
+					for _, m := range item.Messages {
+						turn.MessageIDs = append(turn.MessageIDs, m.ID)
+						if _, dup := seen.LoadOrStore(m.ID, true); dup {
+							return fmt.Errorf("message %s delivered twice", m.ID)
+						}
+						n, _ := strconv.Atoi(string(m.Payload))
+						if n == 0 {
+							continue
+						}
+						target := item.Lease.InstanceID
+						switch rand.IntN(3) {
+						case 1:
+							target = items[rand.IntN(len(items))].Lease.InstanceID
+						case 2:
+							target = fmt.Sprintf("i%02d", rand.IntN(instances))
+						}
+						turn.Messages = append(turn.Messages, store.OutgoingMessage{InstanceID: target,
+							Delay:   time.Duration(rand.IntN(2)*rand.IntN(20)) * time.Millisecond,
+							Message: store.Message{Kind: "hop", Payload: []byte(strconv.Itoa(n - 1))}})
+						out++
+					}
+					turns[i] = turn
+				}
+				errs, err := s.AckOrchestrationItems(gctx, &store.AckOrchestrationItemsParams{Turns: turns})
+				if err != nil {
+					return err
+				}
+				if err := errors.Join(errs...); err != nil {
+					return err
+				}
+				sent.Add(out)
+				for _, turn := range turns {
+					consumed.Add(int64(len(turn.MessageIDs)))
+				}
+			}
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		requireDue(t, s)
+		t.Fatalf("messages left: %d sent, %d consumed", sent.Load(), consumed.Load())
+	}
+	require.Equal(t, int64(instances+clients*40*(hops+1)), sent.Load())
+	require.Equal(t, sent.Load(), consumed.Load())
+	require.Zero(t, count(t, s, `SELECT count(*) FROM orchestrator_queue`))
+	requireDue(t, s)
+	require.Zero(t, deadlocks.Load(), "transactions retried after a deadlock")
+}
