@@ -95,12 +95,8 @@ WITH m AS (
 	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 	SELECT tenant_id, instance_id, $3, $4, $5, $6, $7 FROM instances
 	WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting
-	RETURNING id
-), woken AS (
-	UPDATE instance_locks l SET due_at = ` + wakeDue("$6") + `
-	WHERE l.tenant_id = $1 AND l.instance_id = $2 AND EXISTS (SELECT 1 FROM m)
-	RETURNING 1
-)
+	RETURNING id, instance_id
+), ` + wakeOne("(SELECT instance_id FROM m)", "$6") + `
 SELECT id::TEXT FROM m`
 
 // Enqueue adds a message to an existing instance's queue.
@@ -278,6 +274,24 @@ const noneDue = "9223372036854775807"
 // visible at v (an SQL expression).
 func wakeDue(v string) string {
 	return fmt.Sprintf("LEAST(l.due_at, %[1]s, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE %[1]s END)", v)
+}
+
+// wakeOne is two CTEs, wake_lock and woken, that make instance (an SQL
+// expression) of tenant $1 due by v (wakeDue) in an enqueue's statement.
+// The lease row is locked whatever it holds, so that no claim or release
+// runs between the look and the commit, and written only when that lowers
+// due_at: an instance that already has a message due by then (or whose
+// lease already knows of one) costs a row lock, not a new row version.
+func wakeOne(instance, v string) string {
+	return `wake_lock AS (
+	SELECT l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = $1 AND l.instance_id = ` + instance + `
+	FOR UPDATE
+), woken AS (
+	UPDATE instance_locks l SET due_at = ` + wakeDue(v) + `
+	WHERE l.tenant_id = $1 AND l.instance_id = (SELECT instance_id FROM wake_lock) AND l.due_at > ` + wakeDue(v) + `
+	RETURNING 1
+)`
 }
 
 // releaseDue is the due_at of lease row l when its lease is released and

@@ -122,7 +122,7 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 	return fromMillis(until), nil
 }
 
-// AckWorkItem deletes the task and enqueues its result in one transaction: when
+// AckWorkItem deletes the task and enqueues its result in one statement: when
 // the delete finds no row (the activity was cancelled, its instance deleted,
 // or its lease taken over) nothing is enqueued and ErrLeaseLost is returned.
 func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) error {
@@ -134,35 +134,30 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	}
 	now := s.now()
 	var done bool
-	// One transaction, atomic at any isolation level; READ COMMITTED spares
-	// it serialization failures against turns that only share index pages.
+	// One statement, atomic at any isolation level; READ COMMITTED spares it
+	// serialization failures against turns that only share index pages.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		if p.Result == nil {
 			b.Queue(`DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3`,
 				p.Lease.TenantID, p.Lease.ID, p.Lease.Token)
 			return
 		}
-		// The instance is made due first, in a statement of its own, so
-		// that its lease row is locked before the task's row: a turn
-		// cancelling this task locks them in that order too.
-		b.Queue(`UPDATE instance_locks l SET due_at = `+wakeDue("$4")+`
-FROM worker_queue w
-WHERE w.tenant_id = $1 AND w.id = $2 AND w.lock_token = $3 AND l.tenant_id = $1 AND l.instance_id = w.instance_id`,
-			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, now)
+		// The instance's lease row is written (wakeDue) before the task's
+		// row is deleted, the order in which a turn that cancels the task
+		// takes them: the delete's condition on the wake is evaluated once,
+		// before the delete reads a row.
 		b.Queue(`
-WITH done AS (
+WITH task AS (
+	SELECT instance_id FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3
+), `+wakeOne("(SELECT instance_id FROM task)", "$6")+`, done AS (
 	DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3
+		AND (SELECT count(*) FROM woken) >= 0
 	RETURNING instance_id, execution_id
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
 SELECT $1, instance_id, execution_id, $4, $5, $6, $6 FROM done`,
 			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, p.Result.Kind, p.Result.Payload, now)
 	}, func(br pgx.BatchResults) error {
-		if p.Result != nil {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
 		tag, err := br.Exec()
 		done = tag.RowsAffected() == 1
 		return err
