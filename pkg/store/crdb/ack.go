@@ -418,7 +418,7 @@ func wakeTargets(turns []*store.AckOrchestrationItemParams) *ackStatement {
 UPDATE instance_locks l SET due_at = ` + wakeDue("$2 + w.delay") + `
 FROM unnest($3::TEXT[], $4::INT8[]) AS w (instance_id, delay)
 WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[]) AND l.instance_id = w.instance_id AND w.delay >= 0
-	AND l.instance_id IN (SELECT instance_id FROM locked) AND l.due_at > ` + wakeDue("$2 + w.delay")}
+	AND l.instance_id IN (SELECT instance_id FROM locked)`}
 }
 
 func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemParams, now int64) {

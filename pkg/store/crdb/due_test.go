@@ -89,6 +89,68 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	require.Equal(t, late, next.Messages[0].ID)
 }
 
+// A turn that messages another instance holds that instance's lease row
+// from its first statement to its commit. Were it to look and pass on
+// (the instance already due), a claim could take the instance in between,
+// consume its other messages and release it without the message still
+// uncommitted: due never, the message stranded.
+func TestWakeHoldsTargetUntilCommit(t *testing.T) {
+	t.Parallel()
+	if testdb.SharedServer(t).Cockroach {
+		t.Skip("watches PostgreSQL's lock waits (pg_stat_activity); on CockroachDB the claim and the turn conflict and one retries")
+	}
+	ctx := t.Context()
+	s := New(testdb.Pool(t, 8), Options{})
+	for _, id := range []string{"sender", "target"} {
+		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
+			TenantID: "t", InstanceID: id, Name: "n", Start: store.Message{Kind: "start"}})
+		require.NoError(t, err)
+	}
+	fetch := func() *store.OrchestrationItem {
+		item, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "t", LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return item
+	}
+	sender := fetch()
+	require.Equal(t, "sender", sender.Lease.InstanceID)
+
+	// Hold the sender's instance row, so that its ack stops at its pin,
+	// after the wake of the target.
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM instances WHERE tenant_id = 't' AND instance_id = 'sender' FOR UPDATE`)
+	require.NoError(t, err)
+	acked := make(chan error, 1)
+	go func() {
+		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
+			Lease: sender.Lease, ExecutionID: 1, MessageIDs: []string{sender.Messages[0].ID}, Status: store.StatusRunning,
+			Messages: []store.OutgoingMessage{{InstanceID: "target", Message: store.Message{Kind: "hello"}}}})
+	}()
+	testwait.Until(t, 10*time.Second, "the ack to wait for the sender's instance row", func() bool {
+		var n int
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pinned_lease AS (%'`).Scan(&n))
+		return n == 1
+	})
+
+	// Meanwhile the target is not to be had: a claim that took it now
+	// would not see the message.
+	require.Nil(t, fetch())
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-acked)
+
+	requireDue(t, s)
+	target := fetch()
+	require.NotNil(t, target)
+	require.Equal(t, "target", target.Lease.InstanceID)
+	var kinds []string
+	for _, m := range target.Messages {
+		kinds = append(kinds, m.Kind)
+	}
+	require.Equal(t, []string{"start", "hello"}, kinds)
+}
+
 // Dispatchers pass messages among instances (to themselves, to instances of
 // their own batch, to instances another dispatcher holds, some with a
 // delay) while clients enqueue from outside. Every message is consumed
@@ -200,7 +262,7 @@ func TestDueUnderConcurrentSends(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(60 * time.Second):
+	case <-time.After(20 * time.Second):
 		requireDue(t, s)
 		t.Fatalf("messages left: %d sent, %d consumed", sent.Load(), consumed.Load())
 	}

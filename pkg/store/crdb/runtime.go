@@ -276,20 +276,17 @@ func wakeDue(v string) string {
 	return fmt.Sprintf("LEAST(l.due_at, %[1]s, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE %[1]s END)", v)
 }
 
-// wakeOne is two CTEs, wake_lock and woken, that make instance (an SQL
-// expression) of tenant $1 due by v (wakeDue) in an enqueue's statement.
-// The lease row is locked whatever it holds, so that no claim or release
-// runs between the look and the commit, and written only when that lowers
-// due_at: an instance that already has a message due by then (or whose
-// lease already knows of one) costs a row lock, not a new row version.
+// wakeOne is a CTE, woken, that makes instance (an SQL expression) of
+// tenant $1 due by v (wakeDue) in an enqueue's statement. It writes the
+// row even when due_at stays as it is: an update that finds the row changed
+// since the statement began reads it again (READ COMMITTED) and works from
+// what it finds, where a condition on due_at in the same statement would
+// be judged on the row as it was, and could skip a row that a claim has
+// just leased.
 func wakeOne(instance, v string) string {
-	return `wake_lock AS (
-	SELECT l.instance_id FROM instance_locks l
-	WHERE l.tenant_id = $1 AND l.instance_id = ` + instance + `
-	FOR UPDATE
-), woken AS (
+	return `woken AS (
 	UPDATE instance_locks l SET due_at = ` + wakeDue(v) + `
-	WHERE l.tenant_id = $1 AND l.instance_id = (SELECT instance_id FROM wake_lock) AND l.due_at > ` + wakeDue(v) + `
+	WHERE l.tenant_id = $1 AND l.instance_id = ` + instance + `
 	RETURNING 1
 )`
 }
