@@ -21,4 +21,7 @@ UPDATE instance_locks l SET due_at = COALESCE(
 
 UPDATE instance_locks SET due_at = LEAST(due_at, locked_until - 1) WHERE locked_until > 0;
 
-CREATE INDEX IF NOT EXISTS instance_locks_due ON instance_locks (tenant_id, due_at);
+-- Only instances with something to do: the many that wait for nothing
+-- (finished, or idle without a message) stay out of it.
+CREATE INDEX IF NOT EXISTS instance_locks_due ON instance_locks (tenant_id, due_at)
+    WHERE due_at < 9223372036854775807;

@@ -315,10 +315,12 @@ func nextDue(except string) string {
 // locks the first due rows of the tenant in order, skipping rows another
 // claim is taking (SKIP LOCKED: claims never queue behind each other), and
 // takes them by compare-and-set (locked_until <= now), which alone makes
-// it correct. A claimed row is due when its lease ends.
+// it correct. A claimed row is due when its lease ends. (The index holds
+// only rows with something due; "due_at < noneDue" says so to a plan made
+// without knowing $1.)
 const claimDue = `due AS (
 	SELECT l.instance_id FROM instance_locks l
-	WHERE l.tenant_id = %[1]s AND l.due_at <= $1 AND l.locked_until <= $1
+	WHERE l.tenant_id = %[1]s AND l.due_at <= $1 AND l.due_at < ` + noneDue + ` AND l.locked_until <= $1
 	ORDER BY l.due_at
 	LIMIT $5
 	FOR UPDATE SKIP LOCKED
@@ -356,7 +358,7 @@ var (
 	claimableWork = `EXISTS (
 		SELECT 1 FROM (
 			SELECT l.locked_until FROM instance_locks l
-			WHERE l.tenant_id = t.tenant_id AND l.due_at <= $1
+			WHERE l.tenant_id = t.tenant_id AND l.due_at <= $1 AND l.due_at < ` + noneDue + `
 			ORDER BY l.due_at
 			LIMIT 512) w
 		WHERE w.locked_until <= $1)`
