@@ -39,17 +39,38 @@ WHERE l.due_at > GREATEST(q.v, l.locked_until)`)
 	require.Empty(t, late, "instances due later than their messages")
 }
 
+// lockWaitStore is a store for a test that stages an interleaving by
+// holding a row lock and waiting until a statement of the store waits for
+// it, which it sees in PostgreSQL's pg_stat_activity. On CockroachDB the
+// same conflicts make one side retry instead, and the test is skipped.
+func lockWaitStore(t *testing.T) *Store {
+	t.Helper()
+	if testdb.SharedServer(t).Cockroach {
+		t.Skip("stages an interleaving with PostgreSQL's lock waits (pg_stat_activity)")
+	}
+	return New(testdb.Pool(t, 8), Options{})
+}
+
+// waitForLockWait waits until one statement containing fragment waits for
+// a lock.
+func waitForLockWait(t *testing.T, s *Store, fragment string) {
+	t.Helper()
+	testwait.Until(t, 10*time.Second, "a statement with "+fragment+" to wait for a lock", func() bool {
+		var n int
+		require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, fragment).Scan(&n))
+		return n == 1
+	})
+}
+
 // A message enqueued while a release is under way, which the release's
 // read cannot see, still makes the instance due: on PostgreSQL the release
 // waits for the enqueue's lock on the lease row, reads the row anew (READ
 // COMMITTED) and keeps the lower due_at it finds there.
 func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	t.Parallel()
-	if testdb.SharedServer(t).Cockroach {
-		t.Skip("watches PostgreSQL's lock waits (pg_stat_activity); CockroachDB retries the statement on the conflict instead")
-	}
+	s := lockWaitStore(t)
 	ctx := t.Context()
-	s := New(testdb.Pool(t, 8), Options{})
 	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
 		TenantID: "t", InstanceID: "x", Name: "n", Start: store.Message{Kind: "start"}})
 	require.NoError(t, err)
@@ -72,12 +93,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
 			Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning})
 	}()
-	testwait.Until(t, 10*time.Second, "the ack to wait for the lease row", func() bool {
-		var n int
-		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%lease AS (%'`).Scan(&n))
-		return n == 1
-	})
+	waitForLockWait(t, s, "lease AS (")
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 
@@ -96,11 +112,8 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 // uncommitted: due never, the message stranded.
 func TestWakeHoldsTargetUntilCommit(t *testing.T) {
 	t.Parallel()
-	if testdb.SharedServer(t).Cockroach {
-		t.Skip("watches PostgreSQL's lock waits (pg_stat_activity); on CockroachDB the claim and the turn conflict and one retries")
-	}
+	s := lockWaitStore(t)
 	ctx := t.Context()
-	s := New(testdb.Pool(t, 8), Options{})
 	for _, id := range []string{"sender", "target"} {
 		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
 			TenantID: "t", InstanceID: id, Name: "n", Start: store.Message{Kind: "start"}})
@@ -127,12 +140,7 @@ func TestWakeHoldsTargetUntilCommit(t *testing.T) {
 			Lease: sender.Lease, ExecutionID: 1, MessageIDs: []string{sender.Messages[0].ID}, Status: store.StatusRunning,
 			Messages: []store.OutgoingMessage{{InstanceID: "target", Message: store.Message{Kind: "hello"}}}})
 	}()
-	testwait.Until(t, 10*time.Second, "the ack to wait for the sender's instance row", func() bool {
-		var n int
-		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pinned_lease AS (%'`).Scan(&n))
-		return n == 1
-	})
+	waitForLockWait(t, s, "pinned_lease AS (")
 
 	// Meanwhile the target is not to be had: a claim that took it now
 	// would not see the message.
