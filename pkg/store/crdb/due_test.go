@@ -39,26 +39,23 @@ WHERE l.due_at > GREATEST(q.v, l.locked_until)`)
 	require.Empty(t, late, "instances due later than their messages")
 }
 
-// lockWaitStore is a store for a test that stages an interleaving by
-// holding a row lock and waiting until a statement of the store waits for
-// it, which it sees in PostgreSQL's pg_stat_activity. On CockroachDB the
-// same conflicts make one side retry instead, and the test is skipped.
-func lockWaitStore(t *testing.T) *Store {
+// waitForLockWait waits until a statement of the store waits for a row
+// lock that the test holds, so that a test can stage an interleaving: the
+// statement contains fragment and the row is in table. PostgreSQL shows
+// the waiting statement in pg_stat_activity; CockroachDB shows the waiting
+// request in crdb_internal.cluster_locks (not run here: no CockroachDB on
+// this machine).
+func waitForLockWait(t *testing.T, s *Store, fragment, table string) {
 	t.Helper()
+	query, arg := `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, fragment
 	if testdb.SharedServer(t).Cockroach {
-		t.Skip("stages an interleaving with PostgreSQL's lock waits (pg_stat_activity)")
+		query, arg = `SELECT count(DISTINCT txn_id) FROM crdb_internal.cluster_locks
+			WHERE database_name = current_database() AND table_name = $1 AND NOT granted`, table
 	}
-	return New(testdb.Pool(t, 8), Options{})
-}
-
-// waitForLockWait waits until one statement containing fragment waits for
-// a lock.
-func waitForLockWait(t *testing.T, s *Store, fragment string) {
-	t.Helper()
-	testwait.Until(t, 10*time.Second, "a statement with "+fragment+" to wait for a lock", func() bool {
+	testwait.Until(t, 10*time.Second, "a statement with "+fragment+" to wait for a lock on "+table, func() bool {
 		var n int
-		require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, $1) > 0`, fragment).Scan(&n))
+		require.NoError(t, s.pool.QueryRow(t.Context(), query, arg).Scan(&n))
 		return n == 1
 	})
 }
@@ -66,10 +63,11 @@ func waitForLockWait(t *testing.T, s *Store, fragment string) {
 // A message enqueued while a release is under way, which the release's
 // read cannot see, still makes the instance due: on PostgreSQL the release
 // waits for the enqueue's lock on the lease row, reads the row anew (READ
-// COMMITTED) and keeps the lower due_at it finds there.
+// COMMITTED) and keeps the lower due_at it finds there; CockroachDB runs
+// the statement again.
 func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	t.Parallel()
-	s := lockWaitStore(t)
+	s := New(testdb.Pool(t, 8), Options{})
 	ctx := t.Context()
 	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
 		TenantID: "t", InstanceID: "x", Name: "n", Start: store.Message{Kind: "start"}})
@@ -93,7 +91,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
 			Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning})
 	}()
-	waitForLockWait(t, s, "lease AS (")
+	waitForLockWait(t, s, "lease AS (", "instance_locks")
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 
@@ -112,7 +110,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 // uncommitted: due never, the message stranded.
 func TestWakeHoldsTargetUntilCommit(t *testing.T) {
 	t.Parallel()
-	s := lockWaitStore(t)
+	s := New(testdb.Pool(t, 8), Options{})
 	ctx := t.Context()
 	for _, id := range []string{"sender", "target"} {
 		_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{
@@ -140,7 +138,7 @@ func TestWakeHoldsTargetUntilCommit(t *testing.T) {
 			Lease: sender.Lease, ExecutionID: 1, MessageIDs: []string{sender.Messages[0].ID}, Status: store.StatusRunning,
 			Messages: []store.OutgoingMessage{{InstanceID: "target", Message: store.Message{Kind: "hello"}}}})
 	}()
-	waitForLockWait(t, s, "pinned_lease AS (")
+	waitForLockWait(t, s, "pinned_lease AS (", "instances")
 
 	// Meanwhile the target is not to be had: a claim that took it now
 	// would not see the message.
