@@ -124,11 +124,11 @@ func selectPathOf(e celast.Expr) *selectPath {
 // resolve reads the path from the names of a, or reports false when the program must
 // decide: a name or key is missing, a value is not a JSON object, or the value is not
 // one that the program returns unchanged. When it reports true, the value is the one
-// the program would return.
-func (p *selectPath) resolve(a interpreter.Activation) (any, bool) {
+// the program would return, and err reports when it is larger than m allows.
+func (p *selectPath) resolve(a interpreter.Activation, m *meter) (v any, ok bool, err error) {
 	v, found := a.ResolveName(p.name)
 	if !found {
-		return nil, false
+		return nil, false, nil
 	}
 	for _, field := range p.fields {
 		switch x := v.(type) {
@@ -139,35 +139,42 @@ func (p *selectPath) resolve(a interpreter.Activation) (any, bool) {
 		case *stepResult:
 			v, found = x.field(field)
 		default:
-			return nil, false
+			return nil, false, nil
 		}
 		if !found {
-			return nil, false
+			return nil, false, nil
 		}
 	}
-	return plainJSON(v)
+	return plainJSON(v, m)
 }
 
 // plainJSON returns what celToJSON makes of a JSON value read from a name: the value
-// itself, except that lists are copied (as the program's result is a new list). It
-// reports false for anything else.
-func plainJSON(v any) (any, bool) {
+// itself, except that lists are copied (as the program's result is a new list), with
+// its size spent from m. It reports false for anything else.
+func plainJSON(v any, m *meter) (any, bool, error) {
 	switch x := v.(type) {
 	case nil, bool, int64, string, map[string]any:
-		return v, true
+		return v, true, measure(v, m)
 	case float64:
-		return v, !math.IsNaN(x) && !math.IsInf(x, 0)
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, false, nil
+		}
+		return v, true, measure(v, m)
 	case []any:
+		if err := m.spend(2 + len(x)); err != nil {
+			return nil, true, err
+		}
 		out := make([]any, len(x))
 		for i, item := range x {
 			var ok bool
-			if out[i], ok = plainJSON(item); !ok {
-				return nil, false
+			var err error
+			if out[i], ok, err = plainJSON(item, m); !ok || err != nil {
+				return nil, ok, err
 			}
 		}
-		return out, true
+		return out, true, nil
 	}
-	return nil, false
+	return nil, false, nil
 }
 
 // unknownSizes leaves every size to the worst case in cost estimates.
@@ -208,10 +215,15 @@ func stepReferences(a *celast.AST) []string {
 	return ids
 }
 
-// evaluate runs the expression against the names of scope and returns a JSON value.
-func (e *expression) evaluate(s interpreter.Activation) (any, error) {
+// evaluate runs the expression against the names of scope and returns a JSON value,
+// spending its size from m as it is built.
+func (e *expression) evaluate(s interpreter.Activation, m *meter) (any, error) {
 	if e.path != nil {
-		if v, ok := e.path.resolve(s); ok {
+		v, ok, err := e.path.resolve(s, m)
+		if err != nil {
+			return nil, fmt.Errorf("${ %s }: %w", e.source, err)
+		}
+		if ok {
 			return v, nil
 		}
 	}
@@ -219,7 +231,7 @@ func (e *expression) evaluate(s interpreter.Activation) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("${ %s }: %s", e.source, oneLine(err.Error()))
 	}
-	v, err := celToJSON(out)
+	v, err := celToJSON(out, m)
 	if err != nil {
 		return nil, fmt.Errorf("${ %s }: %w", e.source, err)
 	}
@@ -227,34 +239,41 @@ func (e *expression) evaluate(s interpreter.Activation) (any, error) {
 }
 
 // celToJSON converts a CEL value into a JSON value: nil, bool, int64, float64, string,
-// []any or map[string]any.
-func celToJSON(v ref.Val) (any, error) {
+// []any or map[string]any. It spends the value's size from m as it goes: a CEL value
+// can share parts with itself (a list of the same list twice), so a small one can
+// stand for a JSON value exponentially larger, which must fail before it is built.
+func celToJSON(v ref.Val, m *meter) (any, error) {
 	switch x := v.(type) {
 	case types.Null:
-		return nil, nil
+		return nil, m.spend(4)
 	case types.Bool:
-		return bool(x), nil
+		return bool(x), m.spend(5)
 	case types.Int:
-		return int64(x), nil
+		return int64(x), m.spend(intWidth(int64(x)))
 	case types.Uint:
 		if uint64(x) > math.MaxInt64 {
-			return float64(x), nil
+			return float64(x), m.spend(24)
 		}
-		return int64(x), nil
+		return int64(x), m.spend(intWidth(int64(x)))
 	case types.Double:
 		f := float64(x)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, fmt.Errorf("%v is not a JSON number", f)
 		}
-		return f, nil
+		return f, m.spend(24)
 	case types.String:
-		return string(x), nil
+		return string(x), m.spend(len(x) + 2)
 	case types.Bytes:
+		if err := m.spend(base64.StdEncoding.EncodedLen(len(x)) + 2); err != nil {
+			return nil, err
+		}
 		return base64.StdEncoding.EncodeToString(x), nil
 	case types.Timestamp:
-		return x.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"), nil
+		s := x.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")
+		return s, m.spend(len(s) + 2)
 	case types.Duration:
-		return x.Duration.String(), nil
+		s := x.Duration.String()
+		return s, m.spend(len(s) + 2)
 	case *types.Err:
 		return nil, x
 	case traits.Lister:
@@ -262,9 +281,12 @@ func celToJSON(v ref.Val) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("list of unknown size")
 		}
+		if err := m.spend(2 + int(n)); err != nil {
+			return nil, err
+		}
 		out := make([]any, 0, int(n))
 		for i := types.Int(0); i < n; i++ {
-			item, err := celToJSON(x.Get(i))
+			item, err := celToJSON(x.Get(i), m)
 			if err != nil {
 				return nil, err
 			}
@@ -272,12 +294,18 @@ func celToJSON(v ref.Val) (any, error) {
 		}
 		return out, nil
 	case jsonObject:
-		return map[string]any(x), nil // JSON values are never modified in place
+		// JSON values are never modified in place, so the object is shared.
+		return map[string]any(x), measure(map[string]any(x), m)
 	case *stepResult:
-		return x.object(), nil
+		obj := x.object()
+		return obj, measure(obj, m)
 	case *stepScopes:
-		return x.merged(), nil
+		obj := x.merged()
+		return obj, measure(obj, m)
 	case traits.Mapper:
+		if err := m.spend(2); err != nil {
+			return nil, err
+		}
 		out := make(map[string]any)
 		it := x.Iterator()
 		for it.HasNext() == types.True {
@@ -286,7 +314,10 @@ func celToJSON(v ref.Val) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("map key %v is not a string", k)
 			}
-			item, err := celToJSON(x.Get(k))
+			if err := m.spend(len(key) + 4); err != nil {
+				return nil, err
+			}
+			item, err := celToJSON(x.Get(k), m)
 			if err != nil {
 				return nil, err
 			}

@@ -44,6 +44,15 @@ type turn struct {
 	events     map[string]*eventQueue
 
 	ready []task
+
+	limits Limits
+	// value measures each value a render builds; state what the turn holds.
+	value, state meter
+	// varBytes is the size of each variable, which state holds until it is replaced.
+	varBytes map[string]int64
+	// stopped: in.Stop closed, and the turn gave up.
+	stopped bool
+	ending  bool // end is recording the execution's last events
 }
 
 // frame is a unit of cancellation: a parallel or race branch, a for_each iteration, or
@@ -206,13 +215,81 @@ type result struct {
 }
 
 func newTurn(def *Definition, in TurnInput) *turn {
+	limits := in.Limits.withDefaults()
 	return &turn{
 		def:        def,
 		in:         in,
 		vars:       map[string]any{},
 		activities: map[int64]*pending{},
 		// timers, children and events are made on first use.
+		limits: limits,
+		value:  *newMeter("the value", limits.MaxValueBytes),
+		state:  *newMeter("the turn's state", limits.MaxStateBytes),
 	}
+}
+
+// hold adds n bytes to what the turn holds; past the limit the execution fails.
+func (t *turn) hold(n int64) bool {
+	if t.ending {
+		// The events that end the execution (cancellations of what is outstanding,
+		// which the turn holds already, and the terminal event) are not refused.
+		return true
+	}
+	if err := t.state.spend(int(n)); err != nil {
+		t.failWith(Failure{Kind: FailureKindLimit, Message: err.Error()})
+		return false
+	}
+	return true
+}
+
+// holdValue measures v, which the turn is to hold, against the value limit and holds it.
+func (t *turn) holdValue(v any, what string) bool {
+	t.value.left = t.limits.MaxValueBytes
+	if err := measure(v, &t.value); err != nil {
+		t.failWith(Failure{Kind: FailureKindLimit, Message: what + ": " + err.Error()})
+		return false
+	}
+	return t.hold(t.value.used())
+}
+
+// checkStop gives up the turn once in.Stop has closed.
+func (t *turn) checkStop() bool {
+	if t.in.Stop == nil {
+		return false
+	}
+	select {
+	case <-t.in.Stop:
+		t.stopped = true
+		t.fault = &Failure{Kind: FailureKindLimit, Message: "the turn was stopped"}
+		t.ready = nil
+		return true
+	default:
+		return false
+	}
+}
+
+// eventBytes is what an event costs the turn's state.
+func eventBytes(e Event) int64 {
+	n := int64(eventOverhead)
+	switch x := e.(type) {
+	case ExecutionStarted:
+		n += int64(len(x.Input))
+	case ActivityScheduled:
+		n += int64(len(x.Input))
+	case ActivityCompleted:
+		n += int64(len(x.Result))
+	case ChildScheduled:
+		n += int64(len(x.Input))
+	case ChildCompleted:
+		n += int64(len(x.Result))
+	case EventReceived:
+		n += int64(len(x.Payload))
+	case ExecutionCompleted:
+		n += int64(len(x.Output))
+	case ContinuedAsNew:
+		n += int64(len(x.Input))
+	}
+	return n
 }
 
 func (t *turn) run(msgs []Message) {
@@ -261,6 +338,9 @@ func (t *turn) run(msgs []Message) {
 		e := t.event(m)
 		if e == nil || !t.accepts(e) {
 			continue
+		}
+		if !t.hold(eventBytes(e)) {
+			return
 		}
 		t.seq++
 		e = e.setID(t.seq)
@@ -460,6 +540,10 @@ func (t *turn) apply(e Event) {
 // answerResult answers p with a JSON result, or with a failure of the given
 // kind when the result is not JSON.
 func (t *turn) answerResult(p *pending, result []byte, failKind string) {
+	if int64(len(result)) > t.limits.MaxValueBytes {
+		t.answer(p, nil, &Failure{Kind: FailureKindLimit, Message: "result: " + (&LimitError{What: "the value", Limit: t.limits.MaxValueBytes}).Error()})
+		return
+	}
 	out, err := decodeJSON(result)
 	if err != nil {
 		t.answer(p, nil, &Failure{Kind: failKind, Message: "result is not JSON: " + err.Error()})
@@ -491,7 +575,7 @@ func (t *turn) later(f *frame, run func()) {
 // drain runs ready continuations until every branch waits.
 func (t *turn) drain() {
 	for i := 0; i < len(t.ready); i++ {
-		if t.final != nil || t.fault != nil {
+		if t.final != nil || t.fault != nil || t.checkStop() {
 			break
 		}
 		tk := t.ready[i]
@@ -527,6 +611,9 @@ func (t *turn) record(e Event) (Event, bool) {
 		}
 		t.seq++
 		return h, true
+	}
+	if !t.hold(eventBytes(e)) {
+		return nil, false
 	}
 	t.seq++
 	e = e.setID(t.seq)
@@ -577,12 +664,21 @@ func (t *turn) start(e ExecutionStarted) {
 	t.started = true
 	t.parent = e.Parent
 	t.root = &frame{steps: &stepScope{root: true, m: map[string]any{}}}
+	if int64(len(e.Input)) > t.limits.MaxValueBytes {
+		t.later(t.root, func() {
+			t.failWith(Failure{Kind: FailureKindLimit, Message: "input: " + (&LimitError{What: "the value", Limit: t.limits.MaxValueBytes}).Error()})
+		})
+		return
+	}
 	input, err := decodeJSON(e.Input)
 	if err != nil {
 		t.later(t.root, func() { t.failWith(Failure{Kind: "input", Message: "input is not JSON: " + err.Error()}) })
 		return
 	}
 	t.input = input
+	if !t.hold(int64(len(e.Input))) {
+		return
+	}
 	t.later(t.root, func() {
 		t.runSteps(t.def.Steps, t.root, resumeFunc(func(r result) {
 			if r.err != nil {
@@ -617,9 +713,11 @@ func (t *turn) instanceValue() map[string]any {
 
 // end cancels everything outstanding and records the execution's terminal event.
 func (t *turn) end(final Event, reason string) {
-	if t.final != nil || t.fault != nil {
+	if t.final != nil || t.fault != nil || t.ending {
 		return
 	}
+	t.ending = true
+	defer func() { t.ending = false }()
 	t.sweep(reason, func(*pending) bool { return true })
 	e, ok := t.record(final)
 	if !ok {
@@ -749,9 +847,10 @@ func (t *turn) render(v *Value, f *frame) (any, bool) {
 	if f.names.t == nil {
 		f.names = activation{t: t, f: f}
 	}
-	out, err := v.t.render(&f.names)
+	t.value.left = t.limits.MaxValueBytes
+	out, err := v.t.render(&f.names, &t.value)
 	if err != nil {
-		t.failWith(Failure{Kind: "expression", Message: err.Error()})
+		t.failWith(Failure{Kind: failureKind(err), Message: err.Error()})
 		return nil, false
 	}
 	return out, true
@@ -820,6 +919,10 @@ type stepDone struct {
 
 func (d *stepDone) resume(r result) {
 	s := d.s
+	// A set step's output is its variables, which the turn holds already.
+	if s.ID != "" && r.err == nil && s.Set == nil && !d.t.holdValue(r.out, "steps."+s.ID+".output") {
+		return
+	}
 	if s.ID != "" {
 		var errVal any
 		if r.err != nil {
@@ -879,9 +982,19 @@ func (t *turn) startStep(done *stepDone) {
 		t.forEach(s.ForEach, f, done)
 	case s.Set != nil:
 		values := make(map[string]any, len(s.setKeys))
+		if t.varBytes == nil {
+			t.varBytes = map[string]int64{}
+		}
 		for i, name := range s.setKeys {
 			out, ok := t.render(&s.setValues[i], f)
 			if !ok {
+				return
+			}
+			// The variable's previous value is released as the new one is held.
+			n := t.value.used()
+			t.state.left += t.varBytes[name]
+			t.varBytes[name] = n
+			if !t.hold(n) {
 				return
 			}
 			values[name] = out
@@ -1176,9 +1289,15 @@ type iteration struct {
 	steps sequence
 }
 
+// iterationOverhead is what a for_each iteration costs the turn's state.
+const iterationOverhead = 32
+
 // launch starts iterations while the concurrency allows.
 func (l *forEachRun) launch() {
 	for l.running < l.fe.Concurrency && l.next < len(l.items) {
+		if l.t.fault != nil || l.t.final != nil || l.t.checkStop() || !l.t.hold(iterationOverhead) {
+			return
+		}
 		i := l.next
 		l.next++
 		l.running++

@@ -30,6 +30,12 @@ type TurnInput struct {
 	// Messages are applied in order, except that a start message goes first.
 	Messages []Message
 	Now      time.Time
+	// Limits bound the values and the state the turn builds; zero fields take the
+	// defaults.
+	Limits Limits
+	// Stop, when it is closed, ends the turn early with ErrTurnStopped: the caller's
+	// time budget for the turn ran out. A nil Stop never ends a turn.
+	Stop <-chan struct{}
 }
 
 // Decision is what a turn decided. The caller applies it atomically: append Events to
@@ -104,6 +110,10 @@ type Outcome struct {
 // ErrNotStarted is returned by Turn when there is neither history nor a start message.
 var ErrNotStarted = errors.New("engine: execution has no history and no start message")
 
+// ErrTurnStopped is returned by Turn when TurnInput.Stop closed before the turn ended.
+// The turn decided nothing.
+var ErrTurnStopped = errors.New("engine: the turn was stopped before it ended")
+
 // Turn runs one turn of an execution: it replays History against the definition,
 // applies Messages in order, and returns the decision. It is deterministic: equal inputs
 // give equal decisions. Problems of the execution (nondeterministic history, expression
@@ -131,6 +141,9 @@ func Turn(def *Definition, in TurnInput) (d Decision, err error) {
 	}()
 	t := newTurn(def, in)
 	t.run(msgs)
+	if t.stopped {
+		return Decision{}, ErrTurnStopped
+	}
 	return t.decision(), nil
 }
 

@@ -49,30 +49,42 @@ type segment struct {
 	expr *expression
 }
 
-// render evaluates the template against the names of s.
-func (t *template) render(s interpreter.Activation) (any, error) {
+// render evaluates the template against the names of s, spending the size of what it
+// builds from m.
+func (t *template) render(s interpreter.Activation, m *meter) (any, error) {
 	if t == nil {
-		return nil, nil
+		return nil, m.spend(4)
 	}
 	switch t.kind {
 	case constantTemplate:
+		if err := measure(t.value, m); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.path, err)
+		}
 		return t.value, nil
 	case exprTemplate:
-		v, err := t.expr.evaluate(s)
+		v, err := t.expr.evaluate(s, m)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.path, err)
 		}
 		return v, nil
 	case stringTemplate:
 		var b strings.Builder
+		fail := func(err error) (any, error) { return nil, fmt.Errorf("%s: %w", t.path, err) }
+		if err := m.spend(2); err != nil {
+			return fail(err)
+		}
 		for _, p := range t.parts {
 			if p.expr == nil {
+				if err := m.spend(len(p.text)); err != nil {
+					return fail(err)
+				}
 				b.WriteString(p.text)
 				continue
 			}
-			v, err := p.expr.evaluate(s)
+			// The part's value is measured as it is built; its text is no longer.
+			v, err := p.expr.evaluate(s, m)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", t.path, err)
+				return fail(err)
 			}
 			if str, ok := v.(string); ok {
 				b.WriteString(str)
@@ -80,15 +92,18 @@ func (t *template) render(s interpreter.Activation) (any, error) {
 			}
 			raw, err := encodeJSON(v)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", t.path, err)
+				return fail(err)
 			}
 			b.Write(raw)
 		}
 		return b.String(), nil
 	case listTemplate:
+		if err := m.spend(2 + len(t.list)); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.path, err)
+		}
 		out := make([]any, len(t.list))
 		for i, item := range t.list {
-			v, err := item.render(s)
+			v, err := item.render(s, m)
 			if err != nil {
 				return nil, err
 			}
@@ -96,9 +111,15 @@ func (t *template) render(s interpreter.Activation) (any, error) {
 		}
 		return out, nil
 	default:
+		if err := m.spend(2 + len(t.keys)); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.path, err)
+		}
 		out := make(map[string]any, len(t.keys))
 		for i, k := range t.keys {
-			v, err := t.fields[i].render(s)
+			if err := m.spend(len(k) + 3); err != nil {
+				return nil, fmt.Errorf("%s: %w", t.path, err)
+			}
+			v, err := t.fields[i].render(s, m)
 			if err != nil {
 				return nil, err
 			}
