@@ -120,6 +120,11 @@ type OrchestrationItem struct {
 	Instance Instance
 	History  []HistoryEvent
 	Messages []QueuedMessage
+	// Claims is how many times in a row the instance was leased, this lease
+	// included, without a lease being released by an ack or an abandon:
+	// past 1, the turns of the leases before died with their process or
+	// overran their lease.
+	Claims int64
 }
 
 // WorkLease identifies the lease a worker holds on an activity task.

@@ -25,6 +25,16 @@ type Limits struct {
 	// MaxHistoryEventsPerExecution bounds one execution's history; past it
 	// an orchestration should continue-as-new. Default 10,000.
 	MaxHistoryEventsPerExecution int64 `json:"max_history_events_per_execution,omitempty"`
+	// MaxValueBytes bounds one value an orchestration builds or receives (a
+	// variable, a step's output, an activity's input, ...), measured as JSON
+	// while it is built. Default 1 MiB.
+	MaxValueBytes int64 `json:"max_value_bytes,omitempty"`
+	// MaxTurnStateBytes bounds what one turn of an orchestration holds at
+	// once (variables, step outputs, new history). Default 8 MiB.
+	MaxTurnStateBytes int64 `json:"max_turn_state_bytes,omitempty"`
+	// TurnBudgetMillis bounds the time one turn may run; past it the
+	// execution fails. Default 10 s.
+	TurnBudgetMillis int64 `json:"turn_budget_millis,omitempty"`
 }
 
 // DefaultLimits are the limits of a tenant that sets none.
@@ -35,6 +45,9 @@ func DefaultLimits() Limits {
 		MaxRunningInstances:          10_000,
 		MaxPayloadBytes:              1 << 20,
 		MaxHistoryEventsPerExecution: 10_000,
+		MaxValueBytes:                1 << 20,
+		MaxTurnStateBytes:            8 << 20,
+		TurnBudgetMillis:             10_000,
 	}
 }
 
@@ -45,6 +58,9 @@ const (
 	MaxRunningInstancesCeiling = 100_000_000
 	MaxPayloadBytesCeiling     = 16 << 20
 	MaxHistoryEventsCeiling    = 1_000_000
+	MaxValueBytesCeiling       = 16 << 20
+	MaxTurnStateBytesCeiling   = 256 << 20
+	TurnBudgetMillisCeiling    = 600_000
 )
 
 // Effective returns l with every zero field replaced by its default. A field
@@ -59,6 +75,9 @@ func (l Limits) Effective() Limits {
 	l.MaxRunningInstances = inRangeOr(l.MaxRunningInstances, MaxRunningInstancesCeiling, d.MaxRunningInstances)
 	l.MaxPayloadBytes = inRangeOr(l.MaxPayloadBytes, MaxPayloadBytesCeiling, d.MaxPayloadBytes)
 	l.MaxHistoryEventsPerExecution = inRangeOr(l.MaxHistoryEventsPerExecution, MaxHistoryEventsCeiling, d.MaxHistoryEventsPerExecution)
+	l.MaxValueBytes = inRangeOr(l.MaxValueBytes, MaxValueBytesCeiling, d.MaxValueBytes)
+	l.MaxTurnStateBytes = inRangeOr(l.MaxTurnStateBytes, MaxTurnStateBytesCeiling, d.MaxTurnStateBytes)
+	l.TurnBudgetMillis = inRangeOr(l.TurnBudgetMillis, TurnBudgetMillisCeiling, d.TurnBudgetMillis)
 	return l
 }
 
@@ -88,6 +107,15 @@ func (l Limits) Validate() error {
 	}
 	if l.MaxHistoryEventsPerExecution < 0 || l.MaxHistoryEventsPerExecution > MaxHistoryEventsCeiling {
 		errs = append(errs, fmt.Errorf("max_history_events_per_execution must be in [0, %d]", MaxHistoryEventsCeiling))
+	}
+	if l.MaxValueBytes < 0 || l.MaxValueBytes > MaxValueBytesCeiling {
+		errs = append(errs, fmt.Errorf("max_value_bytes must be in [0, %d]", MaxValueBytesCeiling))
+	}
+	if l.MaxTurnStateBytes < 0 || l.MaxTurnStateBytes > MaxTurnStateBytesCeiling {
+		errs = append(errs, fmt.Errorf("max_turn_state_bytes must be in [0, %d]", MaxTurnStateBytesCeiling))
+	}
+	if l.TurnBudgetMillis < 0 || l.TurnBudgetMillis > TurnBudgetMillisCeiling {
+		errs = append(errs, fmt.Errorf("turn_budget_millis must be in [0, %d]", TurnBudgetMillisCeiling))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("limits: %w", errors.Join(errs...))

@@ -22,8 +22,8 @@ func TestLimitsJSONDefaults(t *testing.T) {
 		{"null", `null`, d},
 		{"empty object", `{}`, d},
 		{"one field set", `{"max_payload_bytes": 4096}`, func() tenancy.Limits { l := d; l.MaxPayloadBytes = 4096; return l }()},
-		{"all fields set", `{"requests_per_second": 5.5, "burst": 10, "max_running_instances": 7, "max_payload_bytes": 100, "max_history_events_per_execution": 50}`,
-			tenancy.Limits{RequestsPerSecond: 5.5, Burst: 10, MaxRunningInstances: 7, MaxPayloadBytes: 100, MaxHistoryEventsPerExecution: 50}},
+		{"all fields set", `{"requests_per_second": 5.5, "burst": 10, "max_running_instances": 7, "max_payload_bytes": 100, "max_history_events_per_execution": 50, "max_value_bytes": 60, "max_turn_state_bytes": 70, "turn_budget_millis": 80}`,
+			tenancy.Limits{RequestsPerSecond: 5.5, Burst: 10, MaxRunningInstances: 7, MaxPayloadBytes: 100, MaxHistoryEventsPerExecution: 50, MaxValueBytes: 60, MaxTurnStateBytes: 70, TurnBudgetMillis: 80}},
 		{"explicit zero means default", `{"burst": 0}`, d},
 	}
 	for _, tt := range tests {
@@ -47,7 +47,8 @@ func TestLimitsJSONDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"max_payload_bytes": 4096}`, string(out))
 
-	require.Equal(t, tenancy.Limits{RequestsPerSecond: 100, Burst: 200, MaxRunningInstances: 10_000, MaxPayloadBytes: 1 << 20, MaxHistoryEventsPerExecution: 10_000}, d)
+	require.Equal(t, tenancy.Limits{RequestsPerSecond: 100, Burst: 200, MaxRunningInstances: 10_000, MaxPayloadBytes: 1 << 20, MaxHistoryEventsPerExecution: 10_000,
+		MaxValueBytes: 1 << 20, MaxTurnStateBytes: 8 << 20, TurnBudgetMillis: 10_000}, d)
 }
 
 func TestLimitsValidate(t *testing.T) {

@@ -57,7 +57,17 @@ type Config struct {
 	DefinitionCacheSize int
 	// PolicyTTL is how long a tenant's retention policy is cached (default 30s).
 	PolicyTTL time.Duration
+	// MaxTurnAttempts is how many turns of an instance in a row may die
+	// before they end (the process crashed, out of memory say, or the turn
+	// overran its lease) before the instance is failed instead of run again,
+	// so that one poison instance cannot crash-loop every dispatcher
+	// (default 3).
+	MaxTurnAttempts int
 }
+
+// FailureKindPoison is the failure kind of an execution failed because its
+// turns kept dying before they ended.
+const FailureKindPoison = "poison"
 
 func (c *Config) withDefaults() error {
 	if c.Store == nil {
@@ -70,7 +80,8 @@ func (c *Config) withDefaults() error {
 	c.MaxPoll = cmp.Or(c.MaxPoll, 100*time.Millisecond)
 	c.DefinitionCacheSize = cmp.Or(c.DefinitionCacheSize, 1024)
 	c.PolicyTTL = cmp.Or(c.PolicyTTL, 30*time.Second)
-	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll {
+	c.MaxTurnAttempts = cmp.Or(c.MaxTurnAttempts, 3)
+	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll || c.MaxTurnAttempts < 0 {
 		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -412,4 +413,80 @@ steps:
 	require.Equal(t, store.StatusFailed, in.Status)
 	require.Contains(t, in.Error, "limit of 12 events")
 	require.LessOrEqual(t, len(s.history("chatty", 1)), 12+3, "the history stops just past the limit")
+}
+
+// A poison instance (its turns keep killing their process before they end)
+// is failed after MaxTurnAttempts such turns instead of run again: one
+// instance must not crash-loop every dispatcher.
+func TestPoisonInstanceIsFailed(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	s.start("poison", "one", "x", nil)
+	s.start("healthy", "one", "x", nil)
+	// Three processes in a row lease both instances and die in the poison
+	// one's turn: it is neither acked nor released. The healthy one is
+	// abandoned each time, gracefully, which does not count.
+	for range 3 {
+		items, err := s.store.FetchOrchestrationItems(t.Context(), &store.FetchOrchestrationItemsParams{
+			FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute}, Max: 2})
+		require.NoError(t, err)
+		require.Len(t, items, 2)
+		for _, it := range items {
+			if it.Lease.InstanceID == "healthy" {
+				require.NoError(t, s.store.AbandonOrchestrationItem(t.Context(), &store.AbandonOrchestrationItemParams{Lease: it.Lease}))
+			}
+		}
+		s.clock.Advance(time.Minute + time.Millisecond)
+	}
+	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1, LeaseDuration: time.Minute}))
+	s.worker(echo, "q")
+	in := s.waitDone("poison")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Equal(t, "the instance's last 3 turns died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", in.Error)
+	require.Equal(t, store.StatusCompleted, s.waitDone("healthy").Status, "an instance abandoned gracefully is not counted")
+}
+
+// An orchestration that builds a value past the tenant's limit fails with the
+// reason; so does a turn that runs past the tenant's time budget. Neither
+// takes the dispatcher down.
+func TestTenantLimitsEndTheExecution(t *testing.T) {
+	t.Parallel()
+	var doubling strings.Builder
+	doubling.WriteString("name: doubling\nversion: 1\nsteps:\n  - set: { v1: \"0123456789abcdef\" }\n")
+	for i := 2; i <= 30; i++ {
+		fmt.Fprintf(&doubling, "  - set: { v%d: \"${ [vars.v%d, vars.v%d] }\" }\n", i, i-1, i-1)
+	}
+	s := newSystem(t, doubling.String(), `
+name: slow
+version: 1
+steps:
+  - for_each:
+      items: "${ input }"
+      steps:
+        - for_each:
+            items: "${ input }"
+            steps:
+              - set: { x: "${ item }" }
+`)
+	setLimits := func(limits string) {
+		_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Limits: json.RawMessage(limits)})
+		require.NoError(t, err)
+	}
+	// Each dispatcher reads the limits afresh.
+	setLimits(`{"max_value_bytes": 100000}`)
+	d := s.dispatcher(dispatcher.Config{})
+	s.startDispatcher(d)
+	s.start("doubling", "doubling", nil, nil)
+	in := s.waitDone("doubling")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Equal(t, "steps[13].set.v14: ${ [vars.v13, vars.v13] }: the value is larger than the limit of 100000 bytes", in.Error)
+	require.NoError(t, d.Stop(t.Context()))
+
+	setLimits(`{"turn_budget_millis": 1}`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	// 90,000 iterations take far longer than a millisecond on any machine.
+	s.start("slow", "slow", make([]int, 300), nil)
+	in = s.waitDone("slow")
+	require.Equal(t, store.StatusFailed, in.Status)
+	require.Equal(t, "the turn ran longer than the tenant's budget of 1ms", in.Error)
 }

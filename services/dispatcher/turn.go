@@ -245,9 +245,25 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 		in.History[i] = e
 	}
 
+	limits, err := d.policies.limits(ctx, it.Lease.TenantID)
+	if err != nil {
+		return nil, in, err
+	}
+	in.Limits = engine.Limits{MaxValueBytes: limits.MaxValueBytes, MaxStateBytes: limits.MaxTurnStateBytes}
+	budget := time.Duration(limits.TurnBudgetMillis) * time.Millisecond
+
 	def, err := d.defs.get(ctx, it.Lease.TenantID, inst.Name, inst.Version)
 	var decision engine.Decision
 	switch {
+	case it.Claims > int64(d.cfg.MaxTurnAttempts):
+		// The turns of the leases before this one never ended: running it
+		// again would most likely kill this process too.
+		f := engine.Failure{Kind: FailureKindPoison, Message: fmt.Sprintf(
+			"the instance's last %d turns died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", it.Claims-1)}
+		log.Error("poison instance: failed without running its turn", "claims", it.Claims)
+		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
+			return fail(f.Message)
+		}
 	case errors.Is(err, store.ErrNotFound):
 		f := engine.Failure{Kind: "definition_missing", Message: fmt.Sprintf("no definition %s version %q is registered", inst.Name, inst.Version)}
 		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
@@ -261,8 +277,17 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 	case err != nil:
 		return nil, in, err
 	default:
-		if decision, err = engine.Turn(def, in); err != nil {
+		stop := make(chan struct{})
+		timer := time.AfterFunc(budget, func() { close(stop) })
+		in.Stop = stop
+		decision, err = engine.Turn(def, in)
+		timer.Stop()
+		in.Stop = nil
+		if err != nil {
 			f := engine.Failure{Kind: "internal", Message: err.Error()}
+			if errors.Is(err, engine.ErrTurnStopped) {
+				f = engine.Failure{Kind: engine.FailureKindLimit, Message: fmt.Sprintf("the turn ran longer than the tenant's budget of %s", budget)}
+			}
 			if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
 				return fail(f.Message)
 			}
@@ -270,10 +295,6 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 	}
 	// The tenant's bound on one execution's history: a turn that would
 	// pass it ends the execution instead (its events stop just past it).
-	limits, err := d.policies.limits(ctx, it.Lease.TenantID)
-	if err != nil {
-		return nil, in, err
-	}
 	if max := limits.MaxHistoryEventsPerExecution; int64(len(in.History)+len(decision.Events)) > max && decision.Outcome.Status == engine.StatusRunning {
 		f := engine.Failure{Kind: "history_limit", Message: fmt.Sprintf(
 			"the execution's history would pass the tenant's limit of %d events; continue as new to start a fresh history", max)}

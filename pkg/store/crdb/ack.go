@@ -350,7 +350,7 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 ), leases AS (
 	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
 	SELECT $1, instance_id, gen_random_uuid(), 0, $2 FROM created
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -482,7 +482,7 @@ WITH t AS (
 ), `+lockLeases+`, lease AS (
 	-- Due at the earliest message the turn leaves (its own sends, which
 	-- the statements before wrote, included).
-	UPDATE instance_locks l SET locked_until = 0, due_at = `+releaseDue(nextDue("$16::UUID[]"))+`
+	UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = `+releaseDue(nextDue("$16::UUID[]"))+`
 	FROM t
 	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
 		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2

@@ -50,7 +50,7 @@ WITH i AS (
 ), l AS (
 	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
 	SELECT $1, instance_id, gen_random_uuid(), 0, $5 FROM i
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -327,7 +327,7 @@ const claimDue = `due AS (
 ), claimed AS (
 	-- By key, from an array: joined with due, the update would be planned
 	-- as a hash join over a scan of every lease row of the table.
-	UPDATE instance_locks l SET lock_token = $2, locked_until = $3, due_at = $3
+	UPDATE instance_locks l SET lock_token = $2, locked_until = $3, due_at = $3, claims = l.claims + 1
 	WHERE l.tenant_id = %[1]s AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due)) AND l.locked_until <= $1
 	RETURNING l.tenant_id, l.instance_id
 )
@@ -491,7 +491,7 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 // same order); the fetch sorts them. A NULL name is an instance that is
 // gone or being deleted.
 const leasedInputs = `
-SELECT l.tenant_id, l.instance_id, i.instance_id IS NOT NULL,
+SELECT l.tenant_id, l.instance_id, l.claims, i.instance_id IS NOT NULL,
 	i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
@@ -533,6 +533,8 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		claimed  []store.Instance // InstanceID and TenantID always set; Name empty for a zombie
 		history  map[string][]store.HistoryEvent
 		messages map[string][]store.QueuedMessage
+		// claimCounts: the claims column of each lease row after the claim.
+		claimCounts map[string]int64
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		if p.TenantID != "" {
@@ -546,6 +548,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		b.Queue(leasedInputs, token, now, s.opts.MaxMessagesPerTurn)
 	}, func(br pgx.BatchResults) error {
 		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
+		claimCounts = map[string]int64{}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -557,6 +560,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		for rows.Next() {
 			var in store.Instance
 			var exists bool
+			var claims int64
 			var status, name, version, root *string
 			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
 			var h struct {
@@ -569,7 +573,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				executions, visible, created []int64
 				payloads                     [][]byte
 			}
-			if err := rows.Scan(&in.TenantID, &in.InstanceID, &exists, &name, &version, &status, &execID,
+			if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &exists, &name, &version, &status, &execID,
 				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
 				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount,
 				&h.ids, &h.kinds, &h.payloads, &h.created,
@@ -584,6 +588,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				in.ExecutionCount, in.EventCount = *execCount, *eventCount
 			}
 			claimed = append(claimed, in)
+			claimCounts[in.InstanceID] = claims
 			for i, id := range h.ids {
 				history[in.InstanceID] = append(history[in.InstanceID], store.HistoryEvent{
 					EventID: id, Kind: h.kinds[i], Payload: h.payloads[i], CreatedAt: fromMillis(h.created[i])})
@@ -634,7 +639,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			slices.SortStableFunc(msgs, func(a, b store.QueuedMessage) int {
 				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 			})
-			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs})
+			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs, Claims: claimCounts[in.InstanceID]})
 		}
 	}
 	return items, again, nil
@@ -711,13 +716,13 @@ func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOr
 		var err error
 		var n int64
 		if p.Delay == 0 {
-			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET locked_until = 0, due_at = `+releaseDue(nextDue(""))+`
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = `+releaseDue(nextDue(""))+`
 				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now)
 			n, err = tag.RowsAffected(), e
 		} else {
 			// Not due before the delay ends.
-			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET lock_token = $5, locked_until = $6,
+			tag, e := s.pool.Exec(ctx, `UPDATE instance_locks l SET lock_token = $5, locked_until = $6, claims = 0,
 					due_at = GREATEST(`+releaseDue(nextDue(""))+`, $6)
 				WHERE tenant_id = $1 AND instance_id = $2 AND lock_token = $3 AND locked_until > $4`,
 				p.Lease.TenantID, p.Lease.InstanceID, p.Lease.Token, now, uuid.NewString(), now+p.Delay.Milliseconds())
