@@ -116,7 +116,9 @@ func TestPropertyReplayReproducesEveryDecision(t *testing.T) {
 	deadline := time.Now().Add(6 * time.Second)
 	runs, turns := 0, 0
 	statuses := map[Status]int{}
-	for seed := uint64(1); seed <= 3000 && time.Now().Before(deadline); seed++ {
+	// At least minRuns seeds whatever the machine's load, more while time allows.
+	const minRuns = 50
+	for seed := uint64(1); seed <= 3000 && (seed <= minRuns || time.Now().Before(deadline)); seed++ {
 		runs++
 		rng := rand.New(rand.NewPCG(seed, seed*7919))
 		g := &genDefinition{rng: rng}
@@ -152,7 +154,6 @@ func TestPropertyReplayReproducesEveryDecision(t *testing.T) {
 			t.Fatalf("seed %d, definition %s", seed, doc)
 		}
 	}
-	require.GreaterOrEqual(t, runs, 50, "too few random runs within the time budget")
 	t.Logf("%d runs, %d turns replayed, final statuses %v", runs, turns, statuses)
 	for _, s := range []Status{StatusCompleted, StatusFailed, StatusCancelled} {
 		require.Positive(t, statuses[s], "no random run ended %s", s)
