@@ -654,11 +654,40 @@ func normalizeNumbers(v any) any {
 }
 
 // encodeJSON encodes a JSON value; map keys come out sorted, so equal values give equal
-// bytes.
+// bytes. A value nested deeper than the decoder takes is refused: what the engine
+// writes, it must read back.
 func encodeJSON(v any) (json.RawMessage, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
+	if d := jsonDepth(b); d > maxJSONDepth {
+		return nil, fmt.Errorf("the value is nested more than %d levels", maxJSONDepth)
+	}
 	return b, nil
+}
+
+// jsonDepth returns the deepest nesting of arrays and objects in a JSON text.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // decodeJSON decodes a JSON document into a JSON value: nil, bool, string, int64 (for
@@ -27,12 +29,52 @@ func decodeJSON(raw []byte) (any, error) {
 	return v, nil
 }
 
-// maxJSONDepth bounds the nesting of decoded JSON values.
+// maxJSONDepth bounds the nesting of objects and arrays in decoded JSON values.
 const maxJSONDepth = 1000
+
+// MaxPayloadDepth bounds the nesting of objects and arrays in the JSON payloads taken from outside (inputs,
+// events, activity results). It is well below what the decoder takes, so that a
+// payload accepted stays decodable once it is wrapped in the messages, events and
+// values that carry it.
+const MaxPayloadDepth = 128
+
+// CheckPayload reports why raw is not a JSON payload the engine takes as it is: not
+// one JSON document, not valid UTF-8 (encoding/json would replace the bad bytes with
+// U+FFFD, altering the payload), an escape of half a UTF-16 surrogate pair (same), or
+// nested deeper than MaxPayloadDepth. Empty means null and is accepted.
+func CheckPayload(raw []byte) error {
+	if !utf8.Valid(raw) {
+		off := 0
+		for off < len(raw) {
+			r, n := utf8.DecodeRune(raw[off:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			off += n
+		}
+		return fmt.Errorf("invalid UTF-8 at offset %d", off)
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	p := jsonParser{data: raw, maxDepth: MaxPayloadDepth, strict: true}
+	if _, err := p.value(0); err != nil {
+		return err
+	}
+	p.space()
+	if p.pos != len(p.data) {
+		return p.errorf("trailing data after the JSON value")
+	}
+	return nil
+}
 
 type jsonParser struct {
 	data []byte
 	pos  int
+	// maxDepth, when set, bounds the nesting below maxJSONDepth.
+	maxDepth int
+	// strict refuses escapes of half a surrogate pair.
+	strict bool
 }
 
 func (p *jsonParser) errorf(format string, args ...any) error {
@@ -51,17 +93,19 @@ func (p *jsonParser) space() {
 }
 
 func (p *jsonParser) value(depth int) (any, error) {
-	if depth > maxJSONDepth {
-		return nil, p.errorf("nested more than %d levels", maxJSONDepth)
-	}
 	p.space()
 	if p.pos >= len(p.data) {
 		return nil, p.errorf("unexpected end")
 	}
 	switch c := p.data[p.pos]; {
-	case c == '{':
-		return p.object(depth)
-	case c == '[':
+	case c == '{' || c == '[':
+		// depth counts the objects and arrays around this one.
+		if max := cmp.Or(p.maxDepth, maxJSONDepth); depth >= max {
+			return nil, p.errorf("nested more than %d levels", max)
+		}
+		if c == '{' {
+			return p.object(depth)
+		}
 		return p.array(depth)
 	case c == '"':
 		return p.string()
@@ -174,6 +218,11 @@ func (p *jsonParser) string() (string, error) {
 			if plain {
 				return string(p.data[start+1 : p.pos-1]), nil
 			}
+			if p.strict {
+				if err := checkSurrogates(p.data[start+1 : p.pos-1]); err != nil {
+					return "", p.errorf("%v", err)
+				}
+			}
 			var s string
 			if err := json.Unmarshal(p.data[start:p.pos], &s); err != nil {
 				return "", p.errorf("bad string: %v", err)
@@ -192,6 +241,40 @@ func (p *jsonParser) string() (string, error) {
 		}
 	}
 	return "", p.errorf("unterminated string")
+}
+
+// checkSurrogates reports a \u escape in the body of a JSON string that is half of a
+// UTF-16 surrogate pair without the other half.
+func checkSurrogates(s []byte) error {
+	hex := func(i int) (rune, bool) {
+		if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // a two-byte escape
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00:
+			if low, ok := hex(i + 6); !ok || low < 0xDC00 || low > 0xDFFF {
+				return fmt.Errorf("\\u%04x is half of a surrogate pair", r)
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return fmt.Errorf("\\u%04x is half of a surrogate pair", r)
+		default:
+			i += 5
+		}
+	}
+	return nil
 }
 
 var errJSONNumber = errors.New("bad number")

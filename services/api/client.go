@@ -34,14 +34,16 @@ type clientService struct{ s *Server }
 
 var _ orchardv1connect.ClientServiceHandler = (*clientService)(nil)
 
-// payload checks a JSON payload field: valid JSON (empty means null) and
-// within the tenant's size limit.
+// payload checks a JSON payload field, the one way every payload the API
+// takes is checked: within the tenant's size limit, and a JSON document (empty
+// means null) that the engine takes as it is (valid UTF-8, not nested too
+// deep), so that it is never altered nor refused later.
 func payload(field string, data []byte, limits tenancy.Limits) (json.RawMessage, error) {
 	if len(data) == 0 {
 		return nil, nil
 	}
-	if !json.Valid(data) {
-		return nil, fieldError(field, "not a JSON document")
+	if err := engine.CheckPayload(data); err != nil {
+		return nil, fieldError(field, "not an acceptable JSON document: %v", err)
 	}
 	if err := limits.CheckPayload(len(data)); err != nil {
 		return nil, err
