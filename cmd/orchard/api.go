@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
+	"github.com/orchardhq/orchard/services/console"
 )
 
 // apiCommand runs the API service: `orchard api`.
@@ -25,6 +27,7 @@ func apiCommand() *cobra.Command {
 		algorithms                             []string
 		maxMessageBytes                        int
 		drain                                  time.Duration
+		withConsole                            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "api",
@@ -86,10 +89,14 @@ must share --secret, which signs page and task tokens.`,
 			defer stopOps()
 			st := crdb.New(pool, crdb.Options{CursorKey: cursorKey})
 			defer st.Close()
+			var cons http.Handler
+			if withConsole {
+				cons = console.New(console.Config{})
+			}
 			srv, err := api.New(api.Config{
 				Store: st, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
-				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
 			})
 			if err != nil {
 				return err
@@ -120,6 +127,8 @@ must share --secret, which signs page and task tokens.`,
 	f.StringVar(&secret, "secret", envString("ORCHARD_API_SECRET", ""),
 		"secret shared by the API servers, signing page and task tokens (env ORCHARD_API_SECRET)")
 	f.IntVar(&maxMessageBytes, "max-message-bytes", 4<<20, "largest request message accepted")
+	f.BoolVar(&withConsole, "console", envBool("ORCHARD_CONSOLE", false),
+		"serve the web console at /console/ (env ORCHARD_CONSOLE); it calls this API with its users' tokens")
 	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long calls in flight may finish at shutdown")
 	return cmd
 }

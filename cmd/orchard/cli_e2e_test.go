@@ -97,6 +97,7 @@ func TestCLITour(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	client, tenantAdmin, admin := token("client"), token("tenant-admin"), token("admin")
+	checkDevConsole(t, devOut.String(), base, client)
 	// orchard runs the binary with ORCHARD_ADDR and ORCHARD_TOKEN, as a user
 	// would after exporting them.
 	orchard := func(tok string, args ...string) (string, string, int) {

@@ -22,6 +22,7 @@ import (
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/schema"
 	"github.com/orchardhq/orchard/services/api"
+	"github.com/orchardhq/orchard/services/console"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
@@ -129,9 +130,10 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	cons := devConsole(minter)
 	apiSrv, err := api.New(api.Config{
 		Store: st, Verifier: verifier, Minter: minter, Addr: o.addr, TokenKey: deriveKey(secret, "api-tokens"),
-		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
 	})
 	if err != nil {
 		return err
@@ -188,6 +190,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		}
 		defer stopDemo()
 	}
+	link, err := cons.SignInLink(base)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "console: %s (signs in as the %s tenant's admin and client, and as platform admin; works once, for 15 minutes)\n", link, devTenant)
 	fmt.Fprintln(out, "ready; Ctrl-C to stop")
 
 	<-ctx.Done()
@@ -238,6 +245,26 @@ func devKeys(ctx context.Context, dir string) (*tenancy.Minter, *tenancy.Verifie
 		return nil, nil, err
 	}
 	return minter, verifier, nil
+}
+
+// devConsole is the dev server's web console, whose one-time sign-in links
+// mint fresh 12-hour tokens: the demo tenant's admin and client first, then
+// the platform admin.
+func devConsole(m *tenancy.Minter) *console.Console {
+	return console.New(console.Config{SignIn: func(context.Context) ([]string, error) {
+		var out []string
+		for _, c := range []tenancy.Claims{
+			{Tenant: devTenant, Subject: "dev-console", Roles: []tenancy.Role{tenancy.RoleTenantAdmin, tenancy.RoleClient}},
+			{Subject: "dev-console-admin", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}},
+		} {
+			tok, err := m.Mint(c, 12*time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, tok)
+		}
+		return out, nil
+	}})
 }
 
 type devToken struct{ name, token string }

@@ -37,3 +37,10 @@ func envList(name string) []string {
 	}
 	return nil
 }
+
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

@@ -70,6 +70,10 @@ type Config struct {
 	// (WaitForCompletion, PollActivityTask): the wait doubles from MinPoll
 	// to MaxPoll (defaults 5ms and 250ms).
 	MinPoll, MaxPoll time.Duration
+	// Console, when set, is served at /console/ beside the API: the web
+	// console (services/console), whose pages call this API like any
+	// client. Nil: no console.
+	Console http.Handler
 }
 
 func (c *Config) withDefaults() error {
@@ -184,6 +188,9 @@ func New(cfg Config) (*Server, error) {
 	)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	if cfg.Console != nil {
+		mux.Handle("/console/", cfg.Console)
+	}
 	s.handler = mux
 	return s, nil
 }

@@ -1,0 +1,556 @@
+package console_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/browsertest"
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/internal/testworker"
+	"github.com/orchardhq/orchard/pkg/sdk"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+	"github.com/orchardhq/orchard/services/api"
+	"github.com/orchardhq/orchard/services/console"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const (
+	issuer   = "https://orchard.test"
+	audience = "orchard-api"
+)
+
+// Definitions the tests run.
+var definitions = []string{`
+name: family
+version: "1"
+steps:
+  - id: a
+    sub_orchestration: { name: child, instance_id: "${ instance.id }-a", input: "${ input }" }
+  - id: b
+    sub_orchestration: { name: child, instance_id: "${ instance.id }-b", input: "${ input }" }
+  - return: { a: "${ steps.a.output }", b: "${ steps.b.output }" }
+`, `
+name: child
+version: "1"
+steps:
+  - id: work
+    activity: { name: work, task_queue: q, input: "${ input }" }
+  - return: ${ steps.work.output }
+`, `
+name: quick
+version: "1"
+steps:
+  - return: ${ input }
+`, `
+name: waiter
+version: "1"
+steps:
+  - id: ev
+    wait_event: { name: go }
+  - return: ${ steps.ev.output }
+`, `
+name: loop
+version: "1"
+steps:
+  - if: ${ input.n >= 3 }
+    return: ${ input.n }
+  - continue_as_new:
+      input:
+        n: ${ input.n + 1 }
+`, `
+name: stuck
+version: "1"
+steps:
+  - id: never
+    activity: { name: nobody-runs-this, task_queue: nobody, input: "${ input }" }
+  - return: ${ steps.never.output }
+`}
+
+// env is an API server with the console on loopback, over a fresh
+// database, with dispatchers and a worker for task queue q, and one
+// browser.
+type env struct {
+	t       *testing.T
+	base    string
+	store   *crdb.Store
+	minter  *tenancy.Minter
+	browser *browsertest.Browser
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newEnv(t *testing.T) *env {
+	pool := testdb.Pool(t, 20)
+	st := crdb.New(pool, crdb.Options{Logger: quiet()})
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience})
+	require.NoError(t, err)
+	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
+		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
+	})
+	require.NoError(t, err)
+	a, err := api.New(api.Config{
+		Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond,
+		Console: console.New(console.Config{Logger: quiet()}),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(a.Handler())
+	srv.Config.Protocols = api.Protocols()
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	d, err := dispatcher.New(dispatcher.Config{Store: st, Logger: quiet(), MaxPoll: 10 * time.Millisecond, Loops: 2})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	w := testworker.Start(context.Background(), testworker.Config{Store: st, TaskQueues: []string{"q"}, Loops: 2,
+		Handler: func(_ context.Context, task *store.WorkItem) (any, error) { return json.RawMessage(task.Input), nil }})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.Stop()
+		_ = d.Stop(ctx)
+	})
+	return &env{t: t, base: srv.URL, store: st, minter: minter, browser: browsertest.Start(t)}
+}
+
+// tenant creates a tenant with the test definitions and returns a token
+// with the given roles.
+func (e *env) tenant(t *testing.T, id string, roles ...tenancy.Role) string {
+	require.NoError(t, e.store.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: id}))
+	admin := sdk.NewClient(e.base, sdk.WithToken(e.token(t, id, tenancy.RoleTenantAdmin)))
+	for _, doc := range definitions {
+		_, err := admin.RegisterDefinition(t.Context(), []byte(doc))
+		require.NoError(t, err)
+	}
+	if len(roles) == 0 {
+		return ""
+	}
+	return e.token(t, id, roles...)
+}
+
+func (e *env) token(t *testing.T, tenant string, roles ...tenancy.Role) string {
+	tok, err := e.minter.Mint(tenancy.Claims{Tenant: tenant, Subject: "console-test", Roles: roles}, time.Hour)
+	require.NoError(t, err)
+	return tok
+}
+
+func (e *env) client(t *testing.T, tenant string) *sdk.Client {
+	return sdk.NewClient(e.base, sdk.WithToken(e.token(t, tenant, tenancy.RoleClient)))
+}
+
+// start starts an instance and waits until it is terminal, unless wait is false.
+func start(t *testing.T, c *sdk.Client, name, id string, input any, wait bool, opts ...sdk.StartOption) {
+	t.Helper()
+	_, err := c.Start(t.Context(), name, input, append(opts, sdk.WithInstanceID(id))...)
+	require.NoError(t, err)
+	if wait {
+		inst, err := c.Wait(t.Context(), id)
+		require.NoError(t, err)
+		require.NotEqual(t, sdk.StatusRunning, inst.Status, id)
+	}
+}
+
+// signIn opens the console in a new tab and signs in with token.
+func (e *env) signIn(t *testing.T, token string) *browsertest.Page {
+	p := e.browser.NewPage(t)
+	p.Run(chromedp.Navigate(e.base+console.Path), chromedp.WaitVisible("#token", chromedp.ByQuery),
+		chromedp.SetValue("#token", token, chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery),
+		chromedp.WaitVisible("#who-tenant", chromedp.ByQuery))
+	return p
+}
+
+func (e *env) open(p *browsertest.Page, route string) {
+	p.Run(chromedp.Navigate(e.base + console.Path + route))
+}
+
+func TestConsole(t *testing.T) {
+	e := newEnv(t)
+
+	t.Run("instances list, counts, filters and pages", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "acme", tenancy.RoleTenantAdmin, tenancy.RoleClient)
+		c := e.client(t, "acme")
+		for i := range 30 {
+			start(t, c, "quick", fmt.Sprintf("quick-%02d", i), map[string]any{"i": i}, false, sdk.WithTags(map[string]string{"batch": "b1"}))
+		}
+		start(t, c, "waiter", "waiting-1", nil, false)
+		p := e.signIn(t, tok)
+		require.Equal(t, "acme", p.Text("#who-tenant"))
+		require.Equal(t, "tenant-admin, client", p.Text("#who-roles"))
+		p.WaitText("#counts", "31 matching")
+		p.WaitText("#instances", "waiting-1")
+		p.Screenshot("instances")
+
+		// Running only, through the status chip.
+		p.Run(chromedp.Click(`#counts a.st-running`, chromedp.ByQuery))
+		p.WaitText("#counts", "1 matching")
+		p.WaitText("#instances", "waiting-1")
+		require.NotContains(t, p.Text("#instances"), "quick-")
+
+		// A tag filter and page size 25: two pages.
+		e.open(p, "#/instances?tag=batch%3Db1&size=25&order=CREATED_ASC")
+		p.WaitText("#counts", "30 matching")
+		first := p.WaitText("#instances", "quick-00")
+		require.NotContains(t, first, "quick-25")
+		p.Run(chromedp.Click("#next-page", chromedp.ByQuery))
+		second := p.WaitText("#instances", "quick-29")
+		require.NotContains(t, second, "quick-00")
+		p.Run(chromedp.Click("#prev-page", chromedp.ByQuery))
+		p.WaitText("#instances", "quick-00")
+
+		// A filter the API rejects shows its reason.
+		e.open(p, "#/instances?created_after=2030-01-02T00%3A00&created_before=2030-01-01T00%3A00")
+		p.WaitText("#instances", "created_after must be before created_before")
+		p.RequireNoProblems(`status of 400`)
+	})
+
+	t.Run("instance detail: history, executions, tree, pending", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "detail", tenancy.RoleClient)
+		c := e.client(t, "detail")
+		start(t, c, "family", "fam-1", map[string]any{"x": 1}, true)
+		start(t, c, "loop", "loop-1", map[string]any{"n": 0}, true)
+		start(t, c, "stuck", "stuck-1", map[string]any{"y": 2}, false)
+		p := e.signIn(t, tok)
+
+		e.open(p, "#/instance/fam-1")
+		p.WaitText("#history", "Sub-orchestration started")
+		p.WaitText("#history", "fam-1-a")
+		p.WaitText("#history", "Execution completed")
+		require.Contains(t, p.Text(".overview"), "Completed")
+		p.Screenshot("instance-history")
+
+		p.Run(chromedp.Click("#tab-tree", chromedp.ByQuery))
+		p.WaitText("#tree-size", "3 instances in this tree")
+		p.WaitText("#tree", "fam-1-b")
+		p.Screenshot("instance-tree")
+
+		e.open(p, "#/instance/loop-1?tab=executions")
+		p.WaitText("#tab-panel", "Continued as new")
+		require.Equal(t, 4, p.NodeCount("#tab-panel tbody tr"), "three continued executions and the current one")
+
+		e.open(p, "#/instance/stuck-1?tab=pending")
+		p.WaitText("#tab-panel", "nobody-runs-this")
+		p.Screenshot("instance-pending")
+		p.RequireNoProblems()
+	})
+
+	t.Run("delete with cascade; a sub-orchestration is refused; force for running", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "del", tenancy.RoleClient)
+		c := e.client(t, "del")
+		start(t, c, "family", "fam-2", nil, true)
+		start(t, c, "waiter", "wait-2", nil, false)
+		p := e.signIn(t, tok)
+
+		e.open(p, "#/instance/fam-2-a")
+		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.WaitText("#delete-refused", "sub-orchestration of fam-2")
+		p.Run(chromedp.Click("dialog .actions button", chromedp.ByQuery))
+
+		e.open(p, "#/instance/fam-2")
+		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.WaitText("#delete-what", "and its 2 sub-orchestrations")
+		p.Screenshot("delete-confirm")
+		p.Run(chromedp.Click("#delete-confirm", chromedp.ByQuery))
+		p.WaitText("#flash", "Deleted fam-2: 3 instances")
+		n, err := c.Count(t.Context(), sdk.Filter{IDPrefix: "fam-2"})
+		require.NoError(t, err)
+		require.Zero(t, n.Total)
+
+		e.open(p, "#/instance/wait-2")
+		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.WaitText("#delete-what", "1 instance of this tree is running")
+		var disabled bool
+		p.Eval(`document.querySelector('#delete-confirm').disabled`, &disabled)
+		require.True(t, disabled, "no delete of a running tree without force")
+		p.Run(chromedp.Click("#delete-force", chromedp.ByQuery), chromedp.Click("#delete-confirm", chromedp.ByQuery))
+		p.WaitText("#flash", "Deleted wait-2: 1 instances")
+		p.RequireNoProblems()
+	})
+
+	t.Run("bulk delete with a dry run and progress", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "bulk", tenancy.RoleClient)
+		c := e.client(t, "bulk")
+		for i := range 12 {
+			start(t, c, "quick", fmt.Sprintf("old-%02d", i), nil, false)
+		}
+		start(t, c, "family", "fam-3", nil, true)
+		start(t, c, "waiter", "wait-3", nil, false)
+		testwait.Until(t, 30*time.Second, "the quick instances to complete", func() bool {
+			n, err := c.Count(t.Context(), sdk.Filter{Name: "quick", Statuses: []sdk.Status{sdk.StatusCompleted}})
+			require.NoError(t, err)
+			return n.Total == 12
+		})
+		p := e.signIn(t, tok)
+		e.open(p, "#/instances?name_prefix=")
+		p.WaitText("#counts", "16 matching")
+		p.Run(chromedp.Click("#bulk-delete", chromedp.ByQuery))
+		// 12 quick and fam-3 are terminal roots; its children go with it;
+		// the waiter runs and stays.
+		require.Equal(t, "13", p.Text("#dry-run-count"))
+		p.Screenshot("bulk-dry-run")
+		p.Run(chromedp.Click("#bulk-confirm", chromedp.ByQuery))
+		p.WaitText("#bulk-status", "Done: 15 instances (sub-orchestrations included)")
+		var progress, max float64
+		p.Eval(`document.querySelector('#bulk-progress').value`, &progress)
+		p.Eval(`document.querySelector('#bulk-progress').max`, &max)
+		require.Equal(t, max, progress)
+		p.Screenshot("bulk-done")
+		n, err := c.Count(t.Context(), sdk.Filter{})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n.Total, "only the running waiter is left")
+		p.RequireNoProblems()
+	})
+
+	t.Run("tenant-controlled strings render as text", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "xss", tenancy.RoleClient, tenancy.RoleTenantAdmin)
+		c := e.client(t, "xss")
+		script := `<script>window.__xss=1</script>`
+		img := `"><img src=x onerror="window.__xss=2">`
+		start(t, c, "quick", "xss-1", map[string]any{"a": script, "b": img}, true,
+			sdk.WithTags(map[string]string{"note": img, "other": script}))
+		start(t, c, "waiter", "xss-2", nil, false)
+		require.NoError(t, c.RaiseEvent(t.Context(), "xss-2", "go", map[string]string{"p": img}))
+		start(t, c, "waiter", "xss-3", nil, false)
+		require.NoError(t, c.Cancel(t.Context(), "xss-3", script+img))
+		_, err := c.Wait(t.Context(), "xss-3")
+		require.NoError(t, err)
+
+		p := e.signIn(t, tok)
+		e.open(p, "#/instance/xss-1")
+		p.WaitText(".overview", `"a": "<script>window.__xss=1</script>"`)
+		p.WaitText(".overview", `note="><img src=x onerror="window.__xss=2">`)
+		p.WaitText("#history", script)
+		p.Screenshot("xss-instance")
+		e.open(p, "#/instance/xss-2")
+		p.WaitText("#history", `onerror=\"window.__xss=2\"`)
+		e.open(p, "#/instance/xss-3")
+		p.WaitText("#instance-error", script+img)
+		// A definition whose name is markup: refused, and the reasons show as text.
+		e.open(p, "#/definitions")
+		doc := "name: '" + strings.ReplaceAll(img, "'", "''") + "'\nversion: '<b>1</b>'\nsteps:\n  - return: '" + script + "'\n"
+		p.Run(chromedp.SetValue("#definition-source", doc, chromedp.ByQuery), chromedp.Click("#register", chromedp.ByQuery))
+		p.WaitText("#register-result", "Not registered")
+		p.WaitText("#register-result", "document.name")
+		p.Screenshot("xss-definition")
+
+		var injected int
+		p.Eval(`document.querySelectorAll('img, main script, main [onerror]').length`, &injected)
+		require.Zero(t, injected, "no element was made of tenant text")
+		var ran bool
+		p.Eval(`window.__xss !== undefined`, &ran)
+		require.False(t, ran, "no tenant script ran")
+		p.RequireNoProblems("status of 400")
+	})
+
+	t.Run("roles decide what shows", func(t *testing.T) {
+		t.Parallel()
+		e.tenant(t, "roles")
+		start(t, e.client(t, "roles"), "quick", "r-1", nil, true)
+
+		p := e.signIn(t, e.token(t, "roles", tenancy.RoleWorker))
+		p.WaitText("#no-sections", "worker")
+		require.Zero(t, p.NodeCount("#nav a"), "a worker token has no section")
+		require.Zero(t, p.NodeCount("button.danger"))
+		p.Screenshot("worker-token")
+
+		p = e.signIn(t, e.token(t, "roles", tenancy.RoleClient))
+		p.WaitText("#instances", "r-1")
+		nav := p.Text("#nav")
+		require.Contains(t, nav, "Definitions")
+		require.NotContains(t, nav, "Retention")
+		require.NotContains(t, nav, "Tenants")
+		e.open(p, "#/definitions")
+		p.WaitText("#definitions", "family")
+		require.Zero(t, p.NodeCount("#register"), "registering needs tenant-admin")
+
+		p = e.signIn(t, e.token(t, "roles", tenancy.RoleTenantAdmin))
+		nav = p.WaitText("#nav", "Retention")
+		require.NotContains(t, nav, "Instances")
+		require.Zero(t, p.NodeCount("#bulk-delete, #delete"))
+		p.RequireNoProblems()
+	})
+
+	t.Run("a wrong token gets a clear sign-in error", func(t *testing.T) {
+		t.Parallel()
+		p := e.browser.NewPage(t)
+		e.open(p, "")
+		p.Run(chromedp.WaitVisible("#token", chromedp.ByQuery),
+			chromedp.SetValue("#token", "not a token", chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery))
+		p.WaitText("#signin-result", "This is not a token")
+
+		_, other, err := ed25519.GenerateKey(rand.Reader)
+		require.NoError(t, err)
+		stranger, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: other, Issuer: issuer, Audience: audience})
+		require.NoError(t, err)
+		forged, err := stranger.Mint(tenancy.Claims{Tenant: "acme", Subject: "mallory", Roles: []tenancy.Role{tenancy.RoleClient}}, time.Hour)
+		require.NoError(t, err)
+		p.Run(chromedp.SetValue("#token", forged, chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery))
+		p.WaitText("#signin-result", "The API refused this token")
+		p.Screenshot("wrong-token")
+		require.Zero(t, p.NodeCount("#who-tenant"))
+		var stored string
+		p.Eval(`sessionStorage.getItem('orchard.console.session') || ''`, &stored)
+		require.Empty(t, stored, "a refused token is not kept")
+		p.RequireNoProblems("status of 401")
+	})
+
+	t.Run("tenant admin: definitions, retention, usage", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "settings", tenancy.RoleTenantAdmin, tenancy.RoleClient)
+		p := e.signIn(t, tok)
+		e.open(p, "#/definitions")
+		p.WaitText("#definitions", "waiter")
+		p.Run(chromedp.SetValue("#definition-source", "name: bad\nversion: '1'\nsteps:\n  - activity: { name: x }\n", chromedp.ByQuery),
+			chromedp.Click("#register", chromedp.ByQuery))
+		p.WaitText("#register-result", "document.steps[0]")
+		p.Run(chromedp.SetValue("#definition-source", "name: greet\nversion: '1'\nsteps:\n  - return: ${ input }\n", chromedp.ByQuery),
+			chromedp.Click("#register", chromedp.ByQuery))
+		p.WaitText("#register-result", "Registered: greet version 1")
+		p.Run(chromedp.Click("#register-result a", chromedp.ByQuery))
+		p.WaitText("#definition-name", "greet")
+		p.Screenshot("definition")
+
+		e.open(p, "#/retention")
+		p.Run(chromedp.WaitVisible("#default-completed", chromedp.ByQuery),
+			chromedp.SetValue("#default-completed", "30d", chromedp.ByQuery),
+			chromedp.SetValue("#default-keep-last", "5", chromedp.ByQuery),
+			chromedp.Click("#add-rule", chromedp.ByQuery),
+			chromedp.SetValue("#rule-0-name", "quick", chromedp.ByQuery),
+			chromedp.SetValue("#rule-0-failed", "12h", chromedp.ByQuery),
+			chromedp.Click("#retention-save", chromedp.ByQuery),
+			chromedp.WaitVisible("dialog button.primary", chromedp.ByQuery),
+			chromedp.Click("dialog button.primary", chromedp.ByQuery))
+		p.WaitText("#retention-result", "Saved")
+		tn, err := e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "settings"})
+		require.NoError(t, err)
+		require.Equal(t, 30*24*time.Hour, tn.Retention.Default.Completed)
+		require.Equal(t, 12*time.Hour, tn.Retention.ByName["quick"].Failed)
+		p.Run(chromedp.Reload())
+		var completed, failed string
+		p.Run(chromedp.WaitVisible("#rule-0-failed", chromedp.ByQuery),
+			chromedp.Value("#default-completed", &completed, chromedp.ByQuery), chromedp.Value("#rule-0-failed", &failed, chromedp.ByQuery))
+		require.Equal(t, "30d", completed)
+		require.Equal(t, "12h", failed)
+		p.Screenshot("retention")
+
+		e.open(p, "#/usage")
+		p.WaitText(".overview", "History events per execution")
+		p.Screenshot("usage")
+		p.RequireNoProblems("status of 400")
+	})
+
+	t.Run("platform admin: tenants, usage, janitor runs", func(t *testing.T) {
+		t.Parallel()
+		e.tenant(t, "plat")
+		p := e.signIn(t, e.token(t, "", tenancy.RolePlatformAdmin))
+		require.Equal(t, "Platform", p.Text("#who-tenant"))
+		p.WaitText("#tenants", "plat")
+		p.Run(chromedp.SetValue("#new-tenant", "newco", chromedp.ByQuery), chromedp.Click("#create-tenant", chromedp.ByQuery))
+		p.WaitText("#tenants-result", "Tenant newco created")
+		p.WaitText("#tenants", "newco")
+		// Suspend newco (the row's danger button), then check with the store.
+		p.Run(chromedp.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Suspend")]`, chromedp.BySearch),
+			chromedp.WaitVisible("dialog button.danger", chromedp.ByQuery), chromedp.Click("dialog button.danger", chromedp.ByQuery))
+		p.WaitText("#tenants-result", "newco suspended")
+		tn, err := e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
+		require.NoError(t, err)
+		require.Equal(t, store.TenantSuspended, tn.State)
+		p.WaitText("#tenants", "suspended")
+		p.Screenshot("platform-tenants")
+
+		e.open(p, "#/platform-usage")
+		p.WaitText("#platform-usage", "plat")
+		p.Screenshot("platform-usage")
+		e.open(p, "#/janitor")
+		p.Run(chromedp.WaitVisible("#janitor-runs table, #janitor-runs .empty", chromedp.ByQuery))
+		p.Screenshot("platform-janitor")
+		p.RequireNoProblems()
+	})
+}
+
+// The console's files carry the security headers, and nothing but its files
+// and (when enabled) the sign-in exchange is served.
+func TestHeadersAndSignInLinks(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	minted := 0
+	c := console.New(console.Config{Logger: quiet(), Now: func() time.Time { return now }, LinkTTL: time.Minute,
+		SignIn: func(context.Context) ([]string, error) { minted++; return []string{"tok-a", "tok-b"}, nil }})
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+
+	for _, path := range []string{"/console/", "/console/js/main.js", "/console/console.css"} {
+		res, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+		_ = res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+		csp := res.Header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "frame-ancestors 'none'")
+		require.Contains(t, csp, "script-src 'self'")
+		require.NotContains(t, csp, "unsafe-")
+		require.Equal(t, "DENY", res.Header.Get("X-Frame-Options"))
+		require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"))
+	}
+	res, err := http.Get(srv.URL + "/console/nope.js")
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode)
+
+	link, err := c.SignInLink(srv.URL)
+	require.NoError(t, err)
+	prefix := srv.URL + "/console/#signin="
+	require.True(t, strings.HasPrefix(link, prefix), link)
+	code := strings.TrimPrefix(link, prefix)
+	post := func(ct, body string) (int, string) {
+		res, err := http.Post(srv.URL+"/console/signin", ct, strings.NewReader(body))
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		require.Equal(t, "no-store", res.Header.Get("Cache-Control"))
+		return res.StatusCode, string(b)
+	}
+	status, _ := post("application/x-www-form-urlencoded", "code="+code)
+	require.Equal(t, http.StatusUnsupportedMediaType, status, "a form cannot spend a code")
+	status, body := post("application/json", `{"code":"`+code+`"}`)
+	require.Equal(t, http.StatusOK, status)
+	require.JSONEq(t, `{"tokens":["tok-a","tok-b"]}`, body)
+	status, _ = post("application/json", `{"code":"`+code+`"}`)
+	require.Equal(t, http.StatusGone, status, "a code works once")
+
+	link, err = c.SignInLink(srv.URL)
+	require.NoError(t, err)
+	now = now.Add(time.Minute)
+	status, _ = post("application/json", `{"code":"`+strings.TrimPrefix(link, prefix)+`"}`)
+	require.Equal(t, http.StatusGone, status, "a code expires")
+	require.Equal(t, 1, minted)
+
+	noLinks := httptest.NewServer(console.New(console.Config{Logger: quiet()}))
+	t.Cleanup(noLinks.Close)
+	res, err = http.Post(noLinks.URL+"/console/signin", "application/json", strings.NewReader(`{"code":"x"}`))
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode, "no sign-in links unless enabled")
+}
