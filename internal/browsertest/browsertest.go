@@ -33,7 +33,7 @@ import (
 
 // Timeout bounds each Run of a page: long enough for a loaded machine, short
 // enough that a missing element fails the test instead of hanging it.
-const Timeout = 30 * time.Second
+const Timeout = 60 * time.Second
 
 // EnvScreenshots names the variable that sets where screenshots go (default
 // $TMPDIR/orchard-console-screenshots).
