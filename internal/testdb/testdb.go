@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orchardhq/orchard/internal/sqlcapture"
 	"github.com/orchardhq/orchard/schema"
 )
 
@@ -108,7 +109,7 @@ func makeTemplate(ctx context.Context, adminURL string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return "", fmt.Errorf("create template: %w", err)
 	}
-	tconn, err := pgx.Connect(ctx, withDatabase(adminURL, name))
+	tconn, err := connectTraced(ctx, withDatabase(adminURL, name))
 	if err != nil {
 		return "", err
 	}
@@ -142,7 +143,7 @@ func URL(tb testing.TB) string {
 	dbURL := withDatabase(srv.URL, name)
 	tb.Cleanup(func() { dropDatabase(srv.URL, name) })
 	if srv.Cockroach {
-		mconn, err := pgx.Connect(ctx, dbURL)
+		mconn, err := connectTraced(ctx, dbURL)
 		if err != nil {
 			tb.Fatalf("testdb: connect: %v", err)
 		}
@@ -176,12 +177,24 @@ func poolOn(tb testing.TB, url string, maxConns int32) *pgxpool.Pool {
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	sqlcapture.Install(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("testdb: %v", err)
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// connectTraced opens a connection whose statements are captured when
+// sqlcapture.EnvCapture is set, as are those of the pools Pool returns.
+func connectTraced(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	sqlcapture.Install(cfg)
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 func dropDatabase(adminURL, name string) {
