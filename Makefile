@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BUF         := github.com/bufbuild/buf/cmd/buf@v1.75.0
 PKGS        := ./...
 
-.PHONY: run test lint bench bench-dispatcher ci proto proto-check
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -33,6 +33,15 @@ bench-dispatcher:
 	$(GO) test -run='^$$' -bench=Orchestrations -benchtime=3000x -timeout 30m ./services/dispatcher/
 
 ci: lint test
+
+# CockroachDB 25.2's own parser over our SQL (tools/crdbcheck, a module of
+# its own so that ours does not depend on the parser): the migrations that
+# run on CockroachDB and, when ORCHARD_SQL_CAPTURE names the directory a
+# `make test` run captured into (internal/sqlcapture), every statement our
+# code sent during that run. CI runs the tests once, capturing, then this.
+crdb-check:
+	cd tools/crdbcheck && $(GO) vet . && $(GO) test -count=1 . && \
+		$(GO) run . $(if $(ORCHARD_SQL_CAPTURE),-captured $(abspath $(ORCHARD_SQL_CAPTURE)))
 
 # API code generation (proto/). buf and its plugins run through `go run` at
 # pinned versions (buf here, the plugins in proto/buf.gen.yaml), so nothing

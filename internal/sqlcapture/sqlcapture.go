@@ -55,11 +55,12 @@ type Statement struct {
 type Tracer struct {
 	dir string
 
-	mu   sync.Mutex
-	file *os.File
-	err  error               // the first error writing the file; later statements are dropped
-	seen map[captureKey]bool // statements already written (or left out)
-	iso  map[*pgx.Conn]string
+	mu     sync.Mutex
+	file   *os.File
+	err    error               // the first error writing the file; later statements are dropped
+	seen   map[captureKey]bool // statements already written (or left out)
+	stacks map[stackKey]bool   // statements and stacks already looked at
+	iso    map[*pgx.Conn]string
 }
 
 type captureKey struct {
@@ -67,9 +68,14 @@ type captureKey struct {
 	caller         uintptr // the first frame outside pgx
 }
 
+type stackKey struct {
+	sql, isolation string
+	pcs            [32]uintptr
+}
+
 // New returns a Tracer that writes into dir, which must exist.
 func New(dir string) *Tracer {
-	return &Tracer{dir: dir, seen: map[captureKey]bool{}, iso: map[*pgx.Conn]string{}}
+	return &Tracer{dir: dir, seen: map[captureKey]bool{}, stacks: map[stackKey]bool{}, iso: map[*pgx.Conn]string{}}
 }
 
 // fromEnv is the process's Tracer when EnvCapture is set, else nil.
@@ -131,14 +137,7 @@ func Read(dir string) ([]Statement, error) {
 
 func (c *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.mu.Lock()
-	iso, inTx := c.iso[conn]
-	if !inTx || conn.PgConn().TxStatus() == 'I' {
-		// An earlier transaction ended without a COMMIT or ROLLBACK we saw
-		// (a failed batch, a closed connection): this statement is on its own.
-		delete(c.iso, conn)
-		iso = ""
-	}
-	iso = c.advance(conn, iso, data.SQL)
+	iso := c.advance(conn, c.current(conn), data.SQL)
 	c.mu.Unlock()
 	c.record(data.SQL, iso)
 	return ctx
@@ -153,11 +152,7 @@ func (c *Tracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.T
 		return ctx
 	}
 	c.mu.Lock()
-	iso, inTx := c.iso[conn]
-	if !inTx || conn.PgConn().TxStatus() == 'I' {
-		delete(c.iso, conn)
-		iso = ""
-	}
+	iso := c.current(conn)
 	isos := make([]string, len(data.Batch.QueuedQueries))
 	for i, q := range data.Batch.QueuedQueries {
 		iso = c.advance(conn, iso, q.SQL)
@@ -180,13 +175,26 @@ func (c *Tracer) TraceCopyFromStart(ctx context.Context, conn *pgx.Conn, data pg
 		cols[i] = pgx.Identifier{col}.Sanitize()
 	}
 	c.mu.Lock()
-	iso := c.iso[conn]
+	iso := c.current(conn)
 	c.mu.Unlock()
 	c.record(fmt.Sprintf("COPY %s (%s) FROM STDIN", data.TableName.Sanitize(), strings.Join(cols, ", ")), iso)
 	return ctx
 }
 
 func (c *Tracer) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
+
+// current returns the isolation level of the transaction open on conn, ""
+// when none is. The caller holds c.mu.
+func (c *Tracer) current(conn *pgx.Conn) string {
+	iso, inTx := c.iso[conn]
+	if inTx && conn.PgConn().TxStatus() == 'I' {
+		// The transaction ended without a COMMIT or ROLLBACK seen here (a
+		// failed batch): the next statement is on its own.
+		delete(c.iso, conn)
+		iso = ""
+	}
+	return iso
+}
 
 // advance returns the isolation level that sql runs at, given the level of
 // the transaction open on conn before it (iso), and keeps conn's state. The
@@ -220,9 +228,18 @@ func (c *Tracer) advance(conn *pgx.Conn, iso, sql string) string {
 // record writes sql to the capture file unless it was written already or
 // is left out (see the package comment).
 func (c *Tracer) record(sql, iso string) {
-	var pcs [48]uintptr
-	n := runtime.Callers(3, pcs[:])
-	frames := runtime.CallersFrames(pcs[:n])
+	// Statements repeat from the same stacks: look the raw stack up before
+	// paying for its symbols.
+	stack := stackKey{sql: sql, isolation: iso}
+	n := runtime.Callers(3, stack.pcs[:])
+	c.mu.Lock()
+	done := c.stacks[stack]
+	c.stacks[stack] = true
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	frames := runtime.CallersFrames(stack.pcs[:n])
 	var (
 		first  uintptr
 		caller []string
