@@ -99,8 +99,8 @@ export async function instanceView(container, { segs, params, rerender }) {
   else await pendingTab(panel, inst);
 }
 
-// eventFields shows an event's payload as its fields: scalars inline, JSON
-// documents (inputs, results) as blocks.
+// eventFields shows an event's payload as its fields: scalars on one line,
+// JSON documents (inputs, results) as blocks under it.
 function eventFields(kind, payload) {
   let data;
   try {
@@ -109,19 +109,23 @@ function eventFields(kind, payload) {
     return h('pre', { class: 'json' }, payload);
   }
   if (data === null || typeof data !== 'object') return h('pre', { class: 'json' }, payload);
-  const dl = h('dl', { class: 'ev-fields' });
+  const line = h('div', { class: 'ev-line' });
+  const blocks = h('dl', { class: 'ev-fields' });
   for (const [k, v] of Object.entries(data)) {
     if (k === 'v') continue; // the payload format's version: storage, not the event
+    const label = k.replace(/_/g, ' ');
     let value;
-    if (REF_FIELDS.includes(k)) value = `event ${v}`;
+    if (REF_FIELDS.includes(k)) value = `event #${v}`;
     else if (k === 'fire_at') value = fmtMillis(v);
     else if (k === 'instance_id' && typeof v === 'string') value = link(v, ['instance', v], null, { class: 'mono' });
     else if (k === 'failure' && v && typeof v === 'object') value = [h('code', null, String(v.kind || '')), ' ', String(v.message || '')];
-    else if (v !== null && typeof v === 'object') value = h('pre', { class: 'json' }, JSON.stringify(v, null, 2));
-    else value = String(v);
-    dl.append(h('dt', null, k.replace(/_/g, ' ')), h('dd', null, value));
+    else if (v !== null && typeof v === 'object') {
+      blocks.append(h('dt', null, label), h('dd', null, h('pre', { class: 'json' }, JSON.stringify(v, null, 2))));
+      continue;
+    } else value = typeof v === 'string' ? h('code', null, v) : String(v);
+    line.append(h('span', { class: 'ev-f' }, h('span', { class: 'muted' }, `${label} `), value));
   }
-  return dl;
+  return [line.children.length ? line : null, blocks.children.length ? blocks : null];
 }
 
 function eventItem(ev) {

@@ -67,6 +67,7 @@ function filterForm(p) {
     h('option', { value: v, selected: (p.get('order') || 'CREATED_DESC') === v }, l)));
   const size = h('select', { name: 'size' }, PAGE_SIZES.map((v) =>
     h('option', { value: v, selected: (p.get('size') || '50') === v }, v)));
+  const more = ['parent', 'tag', ...RANGES.flatMap(([key]) => [`${key}_after`, `${key}_before`])].some((k) => p.get(k));
   const form = h('form', { class: 'filters', 'aria-label': 'Filter instances', onsubmit: (e) => {
     e.preventDefault();
     const fd = new FormData(form);
@@ -85,14 +86,16 @@ function filterForm(p) {
     field('Orchestration name', input('name', { placeholder: 'exact', pattern: ID_PATTERN })),
     field('Name starts with', input('name_prefix', { pattern: ID_PATTERN })),
     field('Instance id starts with', input('id_prefix', { pattern: ID_PATTERN })),
-    field('Children of instance', input('parent', { pattern: ID_PATTERN }))),
-  h('div', { class: 'filter-row' },
-    ranges,
-    field('Tags (key=value, one a line)', h('textarea', { name: 'tags', rows: '2', value: p.getAll('tag').join('\n') })),
-    h('div', { class: 'field' },
-      h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'roots', value: '1', checked: p.get('roots') === '1' }), 'Roots only'),
-      field('Order', order),
-      field('Page size', size))),
+    h('div', { class: 'field' }, h('span', { class: 'label' }, 'Tree'),
+      h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'roots', value: '1', checked: p.get('roots') === '1' }), 'Roots only')),
+    field('Order', order),
+    field('Page size', size)),
+  h('details', { class: 'more-filters', open: more },
+    h('summary', null, 'Time ranges, tags, children of an instance'),
+    h('div', { class: 'filter-row' },
+      ranges,
+      field('Tags (key=value, one a line)', h('textarea', { name: 'tags', rows: '2', value: p.getAll('tag').join('\n') })),
+      field('Children of instance', input('parent', { pattern: ID_PATTERN })))),
   h('div', { class: 'actions' },
     h('button', { type: 'submit', class: 'primary', id: 'apply-filters' }, 'Apply'),
     h('a', { href: '#/instances', class: 'button' }, 'Clear')));
