@@ -255,6 +255,45 @@ func TestConsole(t *testing.T) {
 		p.RequireNoProblems()
 	})
 
+	t.Run("actions: raise event, cancel, prune", func(t *testing.T) {
+		t.Parallel()
+		tok := e.tenant(t, "acts", tenancy.RoleClient)
+		c := e.client(t, "acts")
+		start(t, c, "waiter", "w-event", nil, false)
+		start(t, c, "waiter", "w-cancel", nil, false)
+		start(t, c, "loop", "loop-2", map[string]any{"n": 0}, true)
+		p := e.signIn(t, tok)
+
+		e.open(p, "#/instance/w-event")
+		p.Run(chromedp.Click("#raise", chromedp.ByQuery), chromedp.WaitVisible("#event-name", chromedp.ByQuery),
+			chromedp.SetValue("#event-name", "go", chromedp.ByQuery), chromedp.SetValue("#event-payload", `{"ok": true}`, chromedp.ByQuery),
+			chromedp.Click("#event-send", chromedp.ByQuery))
+		p.WaitText("#flash", "Event go queued")
+		inst, err := c.Wait(t.Context(), "w-event")
+		require.NoError(t, err)
+		require.Equal(t, sdk.StatusCompleted, inst.Status)
+		require.JSONEq(t, `{"ok": true}`, string(inst.Output))
+
+		e.open(p, "#/instance/w-cancel")
+		p.Run(chromedp.Click("#cancel", chromedp.ByQuery), chromedp.WaitVisible("#cancel-reason", chromedp.ByQuery),
+			chromedp.SetValue("#cancel-reason", "no longer needed", chromedp.ByQuery), chromedp.Click("#cancel-confirm", chromedp.ByQuery))
+		p.WaitText("#flash", "Cancel requested")
+		inst, err = c.Wait(t.Context(), "w-cancel")
+		require.NoError(t, err)
+		require.Equal(t, sdk.StatusCancelled, inst.Status)
+		p.Run(chromedp.Click("#refresh", chromedp.ByQuery))
+		p.WaitText("#instance-error", "no longer needed")
+
+		e.open(p, "#/instance/loop-2")
+		p.Run(chromedp.Click("#prune", chromedp.ByQuery), chromedp.WaitVisible("#prune-keep", chromedp.ByQuery),
+			chromedp.SetValue("#prune-keep", "1", chromedp.ByQuery), chromedp.Click("#prune-confirm", chromedp.ByQuery))
+		p.WaitText("#flash", "Pruned 3 executions")
+		execs, err := c.Executions(t.Context(), "loop-2")
+		require.NoError(t, err)
+		require.Len(t, execs, 1)
+		p.RequireNoProblems()
+	})
+
 	t.Run("delete with cascade; a sub-orchestration is refused; force for running", func(t *testing.T) {
 		t.Parallel()
 		tok := e.tenant(t, "del", tenancy.RoleClient)
@@ -480,6 +519,13 @@ func TestConsole(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, store.TenantSuspended, tn.State)
 		p.WaitText("#tenants", "suspended")
+		p.Run(chromedp.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Limits")]`, chromedp.BySearch),
+			chromedp.WaitVisible("#limit-requestsPerSecond", chromedp.ByQuery),
+			chromedp.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), chromedp.Click("#limits-save", chromedp.ByQuery))
+		p.WaitText("#tenants-result", "Limits of newco saved")
+		tn, err = e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"requests_per_second": 5}`, string(tn.Limits))
 		p.Screenshot("platform-tenants")
 
 		e.open(p, "#/platform-usage")

@@ -210,6 +210,21 @@ export function notice(msg) {
   return h('div', { class: 'notice', role: 'status' }, msg);
 }
 
+const FLASH_KEY = 'orchard.console.flash';
+
+// flashNext keeps a message for the next page shown (after an action that
+// navigates or re-renders).
+export function flashNext(msg) {
+  sessionStorage.setItem(FLASH_KEY, msg);
+}
+
+// takeFlash returns the kept message as a notice (null when none), once.
+export function takeFlash() {
+  const msg = sessionStorage.getItem(FLASH_KEY);
+  sessionStorage.removeItem(FLASH_KEY);
+  return msg ? notice(msg) : null;
+}
+
 // dialog shows a modal <dialog> built by body(close) and resolves with what
 // close was called with (undefined on Escape). The dialog's own buttons
 // decide; focus starts on the first control that is not destructive.
@@ -221,7 +236,7 @@ export function dialog(title, build) {
       result = v;
       dlg.close();
     };
-    dlg.append(h('h2', null, title), ...[build(close)].flat());
+    dlg.append(h('h2', null, title), ...[build(close)].flat(Infinity));
     dlg.addEventListener('close', () => {
       dlg.remove();
       resolve(result);

@@ -3,7 +3,7 @@
 // the actions on it (cancel, raise event, delete, prune).
 import {
   h, append, replace, field, table, link, href, statusBadge, statusName, timeEl, fmtMillis, num, bytesText,
-  textBytes, jsonBlock, errorBox, notice, dialog, confirm, fmtDuration, busy, ID_PATTERN,
+  textBytes, jsonBlock, errorBox, dialog, fmtDuration, busy, ID_PATTERN, flashNext, takeFlash,
 } from './dom.js';
 import { rpc, session } from './api.js';
 
@@ -72,7 +72,7 @@ export async function instanceView(container, { segs, params, rerender }) {
   if (!id) throw new Error('no instance id in the address');
   const { instance: inst } = await rpc('ClientService', 'GetInstance', { instanceId: id });
   const tab = TABS[params.get('tab')] ? params.get('tab') : 'history';
-  const flash = h('div', { id: 'flash', 'aria-live': 'polite' });
+  const flash = h('div', { id: 'flash', 'aria-live': 'polite' }, takeFlash());
   const actions = h('div', { class: 'actions', id: 'instance-actions' });
   if (session.can('client')) {
     if (isRunning(inst)) actions.append(h('button', { type: 'button', id: 'cancel', onclick: () => cancelInstance(inst, flash, rerender) }, 'Cancel…'));
@@ -265,11 +265,12 @@ async function cancelInstance(inst, flash, rerender) {
   if (reason === undefined) return;
   try {
     await rpc('ClientService', 'CancelInstance', { instanceId: inst.instanceId, reason });
-    replace(flash, notice('Cancel requested; the instance ends at its next turn.'));
   } catch (e) {
     replace(flash, errorBox(e, 'Cancel'));
+    return;
   }
-  setTimeout(rerender, 500);
+  flashNext('Cancel requested; the instance ends at its next turn.');
+  rerender();
 }
 
 async function raiseEvent(inst, flash, rerender) {
@@ -298,11 +299,12 @@ async function raiseEvent(inst, flash, rerender) {
   if (!ev) return;
   try {
     await rpc('ClientService', 'RaiseEvent', { instanceId: inst.instanceId, name: ev.name, payload: ev.payload ? textBytes(ev.payload) : undefined });
-    replace(flash, notice(`Event ${ev.name} queued.`));
   } catch (e) {
     replace(flash, errorBox(e, 'Raise event'));
+    return;
   }
-  setTimeout(rerender, 500);
+  flashNext(`Event ${ev.name} queued.`);
+  rerender();
 }
 
 async function prune(inst, flash, rerender) {
@@ -325,12 +327,12 @@ async function prune(inst, flash, rerender) {
   try {
     const res = await rpc('ClientService', 'PruneExecutions', { instanceId: inst.instanceId, options });
     const c = res.counts || {};
-    replace(flash, notice(`Pruned ${num(c.executionsDeleted)} executions and ${num(c.eventsDeleted)} history events.`));
+    flashNext(`Pruned ${num(c.executionsDeleted)} executions and ${num(c.eventsDeleted)} history events.`);
   } catch (e) {
     replace(flash, errorBox(e, 'Prune'));
     return;
   }
-  setTimeout(rerender, 800);
+  rerender();
 }
 
 async function deleteInstance(inst, flash) {
@@ -385,7 +387,7 @@ async function deleteInstance(inst, flash) {
   try {
     const res = await rpc('ClientService', 'DeleteInstance', { instanceId: inst.instanceId, force: choice.force });
     const c = res.counts || {};
-    sessionStorage.setItem('orchard.console.flash', `Deleted ${inst.instanceId}: ${num(c.instancesDeleted)} instances, ${num(c.executionsDeleted)} executions, ${num(c.eventsDeleted)} events, ${num(c.queueMessagesDeleted)} queued messages.`);
+    flashNext(`Deleted ${inst.instanceId}: ${num(c.instancesDeleted)} instances, ${num(c.executionsDeleted)} executions, ${num(c.eventsDeleted)} events, ${num(c.queueMessagesDeleted)} queued messages.`);
     location.hash = href('instances');
   } catch (e) {
     replace(flash, errorBox(e, 'Delete'));

@@ -2,7 +2,7 @@
 // delete by filter (a dry-run count first, then batches with a progress bar
 // that can pause and resume).
 import {
-  h, replace, field, table, link, href, statusBadge, timeEl, num, errorBox, dialog, STATUSES, TERMINAL, statusLabel, ID_PATTERN,
+  h, replace, field, table, link, href, statusBadge, timeEl, num, errorBox, dialog, STATUSES, TERMINAL, statusLabel, ID_PATTERN, takeFlash,
 } from './dom.js';
 import { rpc, session } from './api.js';
 
@@ -136,11 +136,7 @@ export async function instancesView(container, { params }) {
   const countsArea = h('div');
   const listArea = h('div', { id: 'instances', 'aria-live': 'polite' });
   replace(container, head, filterForm(params), countsArea, bulkArea, listArea);
-  const flash = sessionStorage.getItem('orchard.console.flash');
-  if (flash) {
-    sessionStorage.removeItem('orchard.console.flash');
-    head.after(h('div', { class: 'notice', role: 'status', id: 'flash' }, flash));
-  }
+  head.after(h('div', { id: 'flash', 'aria-live': 'polite' }, takeFlash()));
   try {
     filter = filterOf(params);
   } catch (e) {
