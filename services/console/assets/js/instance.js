@@ -9,6 +9,8 @@ import { rpc, session } from './api.js';
 
 const TABS = { history: 'History', executions: 'Executions', tree: 'Tree', pending: 'Pending activities' };
 const HISTORY_PAGE = 200;
+// How many events the pending-activities tab reads at most.
+const PENDING_SCAN = 10000;
 
 // What each history event kind says, for people.
 const KIND_LABELS = {
@@ -230,8 +232,8 @@ async function pendingTab(panel, inst) {
     panel.append(h('p', { class: 'muted' }, 'None: the instance is not running.'));
     return;
   }
-  // The current execution's history, read to its end (bounded by the
-  // tenant's events-per-execution limit).
+  // The current execution's history, read to its end or to PENDING_SCAN
+  // events, whichever comes first.
   const events = [];
   let after = 0;
   let executionId = 0;
@@ -240,8 +242,9 @@ async function pendingTab(panel, inst) {
     executionId = Number(page.executionId);
     events.push(...(page.events || []));
     after = Number(page.nextAfterEventId || 0);
-  } while (after && events.length < 100000);
+  } while (after && events.length < PENDING_SCAN);
   const pending = pendingActivities(events);
+  if (after) panel.append(h('p', { class: 'warnbox' }, `Judged from the first ${num(events.length)} events of execution ${executionId}; later events may complete some of these or schedule more.`));
   panel.append(table([
     { title: 'Activity', cell: (p) => h('code', null, p.data.name) },
     { title: 'Task queue', cell: (p) => h('code', null, p.data.task_queue) },
