@@ -484,10 +484,7 @@ func TestConsole(t *testing.T) {
 			chromedp.WaitVisible("dialog button.primary", chromedp.ByQuery),
 			chromedp.Click("dialog button.primary", chromedp.ByQuery))
 		p.WaitText("#retention-result", "Saved")
-		tn, err := e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "settings"})
-		require.NoError(t, err)
-		require.Equal(t, 30*24*time.Hour, tn.Retention.Default.Completed)
-		require.Equal(t, 12*time.Hour, tn.Retention.ByName["quick"].Failed)
+		// What the API stored comes back into the form.
 		p.Run(chromedp.Reload())
 		var completed, failed string
 		p.Run(chromedp.WaitVisible("#rule-0-failed", chromedp.ByQuery),
