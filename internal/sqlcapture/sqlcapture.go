@@ -18,7 +18,6 @@
 package sqlcapture
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,7 +35,8 @@ import (
 // the capture on (see Install).
 const EnvCapture = "ORCHARD_SQL_CAPTURE"
 
-// Statement is one line of a capture file.
+// Statement is one line of a capture file. tools/crdbcheck reads the same
+// format (its capturedStatement): change both together.
 type Statement struct {
 	SQL string `json:"sql"`
 	// Isolation is the level named by the BEGIN of the transaction the
@@ -104,36 +104,8 @@ func (t *Tracer) Install(cfg *pgx.ConnConfig) {
 	cfg.Tracer = multitracer.New(t, cfg.Tracer)
 }
 
-// Read returns the statements of every capture file in dir, in file order.
-func Read(dir string) ([]Statement, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	var out []Statement
-	for _, name := range names {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 16<<20)
-		for sc.Scan() {
-			var s Statement
-			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			out = append(out, s)
-		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return out, nil
-}
+// TraceQueryStart, TraceBatchStart and TraceCopyFromStart record; the other
+// methods complete pgx's tracer interfaces.
 
 func (c *Tracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.mu.Lock()

@@ -1,6 +1,9 @@
 package sqlcapture_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +53,7 @@ func TestCapture(t *testing.T) {
 	_, err = pool.Exec(t.Context(), "SELECT 42")
 	require.NoError(t, err)
 
-	got, err := sqlcapture.Read(dir)
+	got, err := read(dir)
 	require.NoError(t, err)
 	seen := map[string][]string{}
 	for _, s := range got {
@@ -71,4 +74,27 @@ func TestCapture(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, claims, "the work claim")
+}
+
+// read returns the statements of every capture file in dir.
+func read(dir string) ([]sqlcapture.Statement, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	var out []sqlcapture.Statement
+	for _, name := range names {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(body)), "\n") {
+			var s sqlcapture.Statement
+			if err := json.Unmarshal([]byte(line), &s); err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }

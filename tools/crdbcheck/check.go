@@ -91,7 +91,8 @@ var nakedInt = func() *types.T { t := *types.Int; return &t }()
 // the function allow-list. Columns, learned from the migrations, type the
 // arguments of function calls.
 type Checker struct {
-	columns map[string]string // column name -> type class; "" when tables disagree
+	columns  map[string]string // column name -> type class; "" when tables disagree
+	nullable map[string]bool   // column names that some table lets be NULL
 	// Functions records each function called and the argument types seen,
 	// for the report.
 	Functions map[string]bool
@@ -99,7 +100,7 @@ type Checker struct {
 
 // NewChecker returns a checker that knows the columns the migrations create.
 func NewChecker(migrations []*Statement) *Checker {
-	c := &Checker{columns: map[string]string{}, Functions: map[string]bool{}}
+	c := &Checker{columns: map[string]string{}, nullable: map[string]bool{}, Functions: map[string]bool{}}
 	for _, m := range migrations {
 		stmts, err := parser.ParseWithInt(m.SQL, nakedInt)
 		if err != nil {
@@ -109,6 +110,7 @@ func NewChecker(migrations []*Statement) *Checker {
 			walk(s.AST, func(n any) {
 				if def, ok := n.(*tree.ColumnTableDef); ok {
 					c.addColumn(string(def.Name), def.Type)
+					c.addNullability(def)
 				}
 			})
 		}
@@ -146,6 +148,11 @@ func (c *Checker) Check(s *Statement) []Finding {
 			for _, r := range rules {
 				if msg := r.check(ctx, n); msg != "" && !exempt(r.name, s.SQL) {
 					out = append(out, Finding{Stmt: s, Rule: r.name, Msg: msg + " (" + r.why + ")"})
+				}
+			}
+			if !exempt("null-order", s.SQL) {
+				for _, msg := range c.checkNullOrder(n) {
+					out = append(out, Finding{Stmt: s, Rule: "null-order", Msg: msg})
 				}
 			}
 			if f, ok := n.(*tree.FuncExpr); ok {

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/orchardhq/orchard/internal/sqlcapture"
 )
 
 // rc and ser are the isolation levels a captured statement ran at.
@@ -91,6 +89,12 @@ var ruleCases = []ruleCase{
 	{"multiple-modifications", Captured, ser,
 		"WITH a AS (INSERT INTO t (k) VALUES (1) ON CONFLICT DO NOTHING RETURNING k) INSERT INTO t (k) VALUES (2)",
 		"WITH a AS (INSERT INTO t (k) VALUES (1) RETURNING k) INSERT INTO t (k) SELECT k + 1 FROM a"},
+	{"null-order", Captured, ser, "SELECT k FROM t ORDER BY m LIMIT 10", "SELECT k FROM t ORDER BY n LIMIT 10"},
+	{"null-order", Captured, ser, "SELECT k FROM t WHERE k > $1 ORDER BY t.m DESC", "SELECT k FROM t ORDER BY t.m DESC NULLS LAST"},
+	{"null-order", Captured, ser, "SELECT k FROM t WHERE m IS NULL OR k = $1 ORDER BY m", "SELECT k FROM t WHERE m IS NOT NULL ORDER BY m"},
+	{"null-order", Captured, ser, "SELECT k FROM t WHERE m IS DISTINCT FROM $1 ORDER BY m", "SELECT k FROM t WHERE k = $2 AND (m, k) > ($1, $2) ORDER BY m, k"},
+	{"null-order", Captured, ser, "SELECT array_agg(k ORDER BY m) FROM t", "SELECT array_agg(k ORDER BY n) FROM t"},
+	{"null-order", Captured, ser, "SELECT max(k) OVER (ORDER BY m) FROM t", "SELECT max(k) OVER (ORDER BY m NULLS FIRST) FROM t"},
 	{"function", Captured, ser, "SELECT array_to_string($1::TEXT[], ',')", "SELECT cardinality($1::TEXT[])"},
 	{"function", Captured, ser, "SELECT cardinality(k) FROM t", "SELECT cardinality(ks) FROM t"},
 	{"function", Captured, ser, "SELECT sum(k) FROM t", "SELECT sum(n) FROM t"},
@@ -99,9 +103,9 @@ var ruleCases = []ruleCase{
 	{"function", Captured, ser, "SELECT lower(k) FROM t", "SELECT k FROM t WHERE k LIKE $1 ESCAPE '\\'"},
 }
 
-// testColumns are the columns the function checks type: t (k TEXT, n INT8,
-// ks TEXT[]).
-var testColumns = []*Statement{{SQL: "CREATE TABLE t (k TEXT PRIMARY KEY, n INT8, ks TEXT[])", Source: Common}}
+// testColumns are the columns the function and NULL order checks know:
+// t (k TEXT, n INT8 NOT NULL, ks TEXT[], m INT8).
+var testColumns = []*Statement{{SQL: "CREATE TABLE t (k TEXT PRIMARY KEY, n INT8 NOT NULL, ks TEXT[], m INT8)", Source: Common}}
 
 func findings(s *Statement) []Finding {
 	return NewChecker(testColumns).Check(s)
@@ -165,7 +169,7 @@ func TestFindingNamesStatementAndError(t *testing.T) {
 
 // The checker reads the statements the migrations really send.
 func TestMigrationsLoad(t *testing.T) {
-	stmts, err := loadMigrations()
+	stmts, err := loadMigrations("../..", "migrations", "crdb_only")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +178,9 @@ func TestMigrationsLoad(t *testing.T) {
 		sources[s.Source]++
 		if strings.Contains(s.SQL, "fillfactor") {
 			t.Errorf("pg_only is checked: %s", s.SQL)
+		}
+		if strings.HasPrefix(s.SQL, "--") || !strings.HasSuffix(s.SQL, ";") {
+			t.Errorf("not one whole statement: %q", s.SQL)
 		}
 	}
 	if sources[Common] == 0 || sources[CockroachOnly] == 0 {
@@ -185,7 +192,7 @@ func TestMigrationsLoad(t *testing.T) {
 // seen; the migrations' statements (pg_only's above all) are left to the
 // files, and a capture without the store's statements is refused.
 func TestLoadCaptured(t *testing.T) {
-	write := func(recs ...sqlcapture.Statement) string {
+	write := func(recs ...capturedStatement) string {
 		dir := t.TempDir()
 		var b strings.Builder
 		for _, r := range recs {
@@ -201,13 +208,14 @@ func TestLoadCaptured(t *testing.T) {
 		return dir
 	}
 	store := "github.com/orchardhq/orchard/pkg/store/crdb.(*Store).Get get.go:1"
+	// As the tests on PostgreSQL send it, spaced otherwise than in the file.
 	migrate := "github.com/orchardhq/orchard/schema.Migrate schema.go:1"
 	dir := write(
-		sqlcapture.Statement{SQL: "SELECT k FROM t FOR UPDATE", Isolation: "read committed", Caller: []string{store}},
-		sqlcapture.Statement{SQL: "SELECT k FROM t FOR UPDATE", Isolation: "", Caller: []string{store}},
-		sqlcapture.Statement{SQL: "ALTER TABLE instances SET (fillfactor = 85);", Caller: []string{migrate}},
+		capturedStatement{SQL: "SELECT k FROM t FOR UPDATE", Isolation: "read committed", Caller: []string{store}},
+		capturedStatement{SQL: "SELECT k FROM t FOR UPDATE", Isolation: "", Caller: []string{store}},
+		capturedStatement{SQL: "ALTER TABLE instances  SET (fillfactor=85)", Caller: []string{migrate}},
 	)
-	stmts, err := loadCaptured(dir)
+	stmts, err := loadCaptured("../..", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +223,7 @@ func TestLoadCaptured(t *testing.T) {
 		strings.Join(stmts[0].Isolations, ",") != ",read committed" || stmts[0].Where[0] != store {
 		t.Fatalf("loaded %+v", stmts)
 	}
-	if _, err := loadCaptured(write(sqlcapture.Statement{SQL: "SELECT 1", Caller: []string{migrate}})); err == nil {
+	if _, err := loadCaptured("../..", write(capturedStatement{SQL: "SELECT 1", Caller: []string{migrate}})); err == nil {
 		t.Fatal("a capture without the store's statements was taken")
 	}
 }

@@ -6,10 +6,6 @@ require github.com/cockroachdb/cockroachdb-parser v0.25.2
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/jackc/pgpassfile v1.0.0 // indirect
-	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
@@ -41,7 +37,6 @@ require (
 	github.com/kr/text v0.2.0 // indirect
 	github.com/lib/pq v1.10.9 // indirect
 	github.com/openzipkin/zipkin-go v0.4.3 // indirect
-	github.com/orchardhq/orchard v0.0.0-00010101000000-000000000000
 	github.com/petermattis/goid v0.0.0-20180202154549-b0b1615b78e5 // indirect
 	github.com/pierrre/geohash v1.0.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
@@ -77,6 +72,3 @@ require (
 // CockroachDB 25.2's parser, vendored beside the project (its README);
 // the rest of its dependencies come from the Go module proxy.
 replace github.com/cockroachdb/cockroachdb-parser => ../../../shared/third_party/cockroachdb-parser
-
-// The schema (migrations) and the capture format come from the project itself.
-replace github.com/orchardhq/orchard => ../..
