@@ -70,7 +70,7 @@ type captureKey struct {
 
 type stackKey struct {
 	sql, isolation string
-	pcs            [32]uintptr
+	pcs            [16]uintptr // enough to reach the first frame outside pgx
 }
 
 // New returns a Tracer that writes into dir, which must exist.
@@ -172,14 +172,17 @@ func (c *Tracer) current(conn *pgx.Conn) string {
 // the transaction open on conn before it (iso), and keeps conn's state. The
 // caller holds c.mu.
 func (c *Tracer) advance(conn *pgx.Conn, iso, sql string) string {
-	words := strings.Fields(strings.ToLower(sql))
-	if len(words) == 0 {
-		return iso
+	// Only transaction control matters, and it is told by the first word:
+	// look no further into other statements (this runs for every one).
+	head := strings.TrimLeft(sql, " \t\r\n")
+	word := head
+	if i := strings.IndexAny(head, " \t\r\n;"); i >= 0 {
+		word = head[:i]
 	}
-	switch words[0] {
-	case "begin", "start":
+	switch {
+	case strings.EqualFold(word, "begin") || strings.EqualFold(word, "start"):
 		level := "default"
-		text := " " + strings.Join(words, " ") + " "
+		text := " " + strings.Join(strings.Fields(strings.ToLower(head)), " ") + " "
 		for _, l := range []string{"serializable", "repeatable read", "read committed", "read uncommitted"} {
 			if strings.Contains(text, " isolation level "+l+" ") {
 				level = l
@@ -187,10 +190,10 @@ func (c *Tracer) advance(conn *pgx.Conn, iso, sql string) string {
 		}
 		c.iso[conn] = level
 		return level
-	case "commit", "end", "abort":
+	case strings.EqualFold(word, "commit") || strings.EqualFold(word, "end") || strings.EqualFold(word, "abort"):
 		delete(c.iso, conn)
-	case "rollback":
-		if len(words) == 1 || words[1] != "to" {
+	case strings.EqualFold(word, "rollback"):
+		if fields := strings.Fields(head); len(fields) == 1 || !strings.EqualFold(fields[1], "to") {
 			delete(c.iso, conn)
 		}
 	}
