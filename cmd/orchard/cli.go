@@ -249,7 +249,7 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 // timeValue is a flag holding a time (parseTime, against the clock when
 // the flag is parsed).
 type timeValue struct {
-	t   *time.Time
+	t   **time.Time // set only when the flag is given
 	raw string
 }
 
@@ -260,11 +260,13 @@ func (v *timeValue) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	*v.t, v.raw = t, s
+	*v.t, v.raw = &t, s
 	return nil
 }
 
-func timeFlag(f *pflag.FlagSet, p *time.Time, name, usage string) {
+// timeFlag is a time bound: nil unless the flag is given, then the time as
+// given (the zero time included).
+func timeFlag(f *pflag.FlagSet, p **time.Time, name, usage string) {
 	f.Var(&timeValue{t: p}, name, usage+" (RFC 3339, a date, or a duration ago: 720h, 30d)")
 }
 

@@ -443,7 +443,7 @@ type pruneCountsJSON struct {
 func instancePruneCommand() *cobra.Command {
 	var (
 		keepLast        int
-		completedBefore time.Time
+		completedBefore *time.Time
 	)
 	cmd := &cobra.Command{
 		Use:   "prune ID",
@@ -455,7 +455,7 @@ current execution and running ones are never pruned.`,
 		Example: `  orchard instance prune nightly --keep-last 7 --completed-before 30d`,
 		Args:    cobra.ExactArgs(1),
 		RunE: run(func(c *cli, cmd *cobra.Command, args []string) error {
-			if keepLast == 0 && completedBefore.IsZero() {
+			if keepLast == 0 && completedBefore == nil {
 				return usageErrorf("give --keep-last or --completed-before (or both)")
 			}
 			counts, err := c.client().Prune(cmd.Context(), args[0], sdk.PruneOptions{KeepLast: keepLast, CompletedBefore: completedBefore})

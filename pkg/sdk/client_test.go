@@ -436,7 +436,7 @@ func TestListIteratesOverEveryPage(t *testing.T) {
 	c := newClient(t, serve(t, services{client: p}))
 	filter := sdk.Filter{
 		Statuses: []sdk.Status{sdk.StatusFailed, sdk.StatusCancelled}, NamePrefix: "pay", Tags: map[string]string{"env": "prod"},
-		CompletedBefore: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), RootsOnly: true,
+		CompletedBefore: new(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), RootsOnly: true,
 	}
 	var ids []string
 	for in, err := range c.List(t.Context(), filter, sdk.WithPageSize(100), sdk.WithOrder(sdk.OldestFirst)) {
@@ -607,7 +607,7 @@ func TestDeleteManyFollowsNextUntilComplete(t *testing.T) {
 	c := newClient(t, serve(t, services{client: d}))
 	var progress []sdk.DeleteCounts
 	cutoff := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	total, err := c.DeleteMany(t.Context(), sdk.DeleteSelection{CompletedBefore: cutoff, Filter: &sdk.Filter{Name: "checkout"}},
+	total, err := c.DeleteMany(t.Context(), sdk.DeleteSelection{CompletedBefore: &cutoff, Filter: &sdk.Filter{Name: "checkout"}},
 		sdk.WithBatchSize(50), sdk.WithDeleteProgress(func(p sdk.DeleteCounts) { progress = append(progress, p) }))
 	require.NoError(t, err)
 	require.Equal(t, sdk.DeleteCounts{Instances: 40, Executions: 80, Events: 1200}, total)

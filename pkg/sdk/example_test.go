@@ -76,7 +76,7 @@ func ExampleClient_List() {
 	// Every failed instance of the last day, every page.
 	failed := sdk.Filter{
 		Statuses:       []sdk.Status{sdk.StatusFailed},
-		CompletedAfter: time.Now().Add(-24 * time.Hour),
+		CompletedAfter: new(time.Now().Add(-24 * time.Hour)),
 	}
 	for in, err := range client.List(ctx, failed, sdk.WithOrder(sdk.RecentlyUpdatedFirst)) {
 		if err != nil {
@@ -112,7 +112,7 @@ func ExampleClient_DeleteMany() {
 	// Every terminal root instance that ended more than 30 days ago, with
 	// its tree, 500 trees per call.
 	total, err := client.DeleteMany(ctx,
-		sdk.DeleteSelection{CompletedBefore: time.Now().Add(-30 * 24 * time.Hour)},
+		sdk.DeleteSelection{CompletedBefore: new(time.Now().Add(-30 * 24 * time.Hour))},
 		sdk.WithBatchSize(500),
 		sdk.WithDeleteProgress(func(sofar sdk.DeleteCounts) {
 			fmt.Printf("\rdeleted %d instances", sofar.Instances)

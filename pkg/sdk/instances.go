@@ -307,8 +307,9 @@ func (c *Client) Delete(ctx context.Context, instanceID string, force bool) (Del
 type DeleteSelection struct {
 	// InstanceIDs: only these instances (at most 1000).
 	InstanceIDs []string
-	// CompletedBefore: only instances that ended before this time.
-	CompletedBefore time.Time
+	// CompletedBefore: only instances that ended before this time (nil:
+	// unset).
+	CompletedBefore *time.Time
 	// Filter: only instances matching it. A non-nil empty Filter (and no
 	// other criterion) selects every terminal root instance.
 	Filter *Filter
@@ -363,7 +364,7 @@ func (c *Client) DeleteMany(ctx context.Context, sel DeleteSelection, opts ...Bu
 		return total, err
 	}
 	req := &orchardv1.DeleteInstancesRequest{
-		InstanceIds: sel.InstanceIDs, CompletedBefore: timestamp(sel.CompletedBefore), Limit: int32(b.batch),
+		InstanceIds: sel.InstanceIDs, CompletedBefore: boundTimestamp(sel.CompletedBefore), Limit: int32(b.batch),
 	}
 	if sel.Filter != nil {
 		if req.Filter, err = sel.Filter.toProto("filter"); err != nil {

@@ -190,10 +190,11 @@ type Filter struct {
 	// Name: only instances of this orchestration; NamePrefix: of a name
 	// with this prefix; IDPrefix: whose id has this prefix.
 	Name, NamePrefix, IDPrefix string
-	// Creation, last change and completion time ranges.
-	CreatedAfter, CreatedBefore     time.Time
-	UpdatedAfter, UpdatedBefore     time.Time
-	CompletedAfter, CompletedBefore time.Time
+	// Creation, last change and completion time ranges: nil is unset; a
+	// time that is set is applied as it is, the zero time included.
+	CreatedAfter, CreatedBefore     *time.Time
+	UpdatedAfter, UpdatedBefore     *time.Time
+	CompletedAfter, CompletedBefore *time.Time
 	// Tags: only instances carrying every one of these tags.
 	Tags map[string]string
 	// RootsOnly: only root instances (no parent).
@@ -208,12 +209,12 @@ func (f *Filter) toProto(field string) (*orchardv1.InstanceFilter, error) {
 		Name:             f.Name,
 		NamePrefix:       f.NamePrefix,
 		InstanceIdPrefix: f.IDPrefix,
-		CreatedAfter:     timestamp(f.CreatedAfter),
-		CreatedBefore:    timestamp(f.CreatedBefore),
-		UpdatedAfter:     timestamp(f.UpdatedAfter),
-		UpdatedBefore:    timestamp(f.UpdatedBefore),
-		CompletedAfter:   timestamp(f.CompletedAfter),
-		CompletedBefore:  timestamp(f.CompletedBefore),
+		CreatedAfter:     boundTimestamp(f.CreatedAfter),
+		CreatedBefore:    boundTimestamp(f.CreatedBefore),
+		UpdatedAfter:     boundTimestamp(f.UpdatedAfter),
+		UpdatedBefore:    boundTimestamp(f.UpdatedBefore),
+		CompletedAfter:   boundTimestamp(f.CompletedAfter),
+		CompletedBefore:  boundTimestamp(f.CompletedBefore),
 		Tags:             f.Tags,
 		RootsOnly:        f.RootsOnly,
 		ParentInstanceId: f.ParentID,
@@ -274,19 +275,19 @@ func (c *DeleteCounts) add(p *orchardv1.DeleteCounts) {
 type PruneOptions struct {
 	// KeepLast keeps the newest KeepLast executions; 0: unset.
 	KeepLast int
-	// CompletedBefore prunes only executions that ended before it; zero:
+	// CompletedBefore prunes only executions that ended before it; nil:
 	// unset.
-	CompletedBefore time.Time
+	CompletedBefore *time.Time
 }
 
 func (o PruneOptions) toProto() (*orchardv1.PruneOptions, error) {
 	if o.KeepLast < 0 || o.KeepLast > 100000 {
 		return nil, invalidArgument("options.keep_last", "must be between 0 and 100000, not %d", o.KeepLast)
 	}
-	if o.KeepLast == 0 && o.CompletedBefore.IsZero() {
+	if o.KeepLast == 0 && o.CompletedBefore == nil {
 		return nil, invalidArgument("options", "set KeepLast or CompletedBefore")
 	}
-	return &orchardv1.PruneOptions{KeepLast: int32(o.KeepLast), CompletedBefore: timestamp(o.CompletedBefore)}, nil
+	return &orchardv1.PruneOptions{KeepLast: int32(o.KeepLast), CompletedBefore: boundTimestamp(o.CompletedBefore)}, nil
 }
 
 // PruneCounts counts what a prune removed.
@@ -327,6 +328,14 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
+}
+
+// boundTimestamp converts a time bound: absent when nil, as given otherwise.
+func boundTimestamp(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
 }
 
 func fromTimestamp(ts *timestamppb.Timestamp) time.Time {

@@ -48,7 +48,9 @@ type Management interface {
 }
 
 // InstanceFilter selects instances. Every criterion set is ANDed with the
-// others; a zero field is unset. Time ranges are half-open: After is
+// others; a zero field is unset, except the times, which are unset when nil
+// and applied as given otherwise (the zero time included: a bound that is
+// there must never widen into none). Time ranges are half-open: After is
 // inclusive, Before is strict, both to the millisecond.
 type InstanceFilter struct {
 	// InstanceIDs restricts to these ids (at most 1000).
@@ -58,12 +60,12 @@ type InstanceFilter struct {
 	Name            string
 	NamePrefix      string
 	IDPrefix        string
-	CreatedAfter    time.Time
-	CreatedBefore   time.Time
-	UpdatedAfter    time.Time
-	UpdatedBefore   time.Time
-	CompletedAfter  time.Time
-	CompletedBefore time.Time
+	CreatedAfter    *time.Time
+	CreatedBefore   *time.Time
+	UpdatedAfter    *time.Time
+	UpdatedBefore   *time.Time
+	CompletedAfter  *time.Time
+	CompletedBefore *time.Time
 	// Tags: every one of these key/value pairs.
 	Tags map[string]string
 	// RootsOnly keeps instances that have no parent.
@@ -218,8 +220,9 @@ type BulkDeleteResult struct {
 type PruneOptions struct {
 	// KeepLast keeps the newest KeepLast executions (0: unset).
 	KeepLast int
-	// CompletedBefore prunes only executions completed strictly before.
-	CompletedBefore time.Time
+	// CompletedBefore, when set, prunes only executions completed strictly
+	// before it (whatever time it is: nil is unset).
+	CompletedBefore *time.Time
 }
 
 // PruneExecutionsParams names an instance and what to prune.

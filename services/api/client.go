@@ -343,7 +343,7 @@ func bulkFilter(f *orchardv1.InstanceFilter, ids []string, completedBefore *time
 			out.InstanceIDs = both
 		}
 	}
-	if cb := fromTimestamp(completedBefore); !cb.IsZero() && (out.CompletedBefore.IsZero() || cb.Before(out.CompletedBefore)) {
+	if cb := boundFromTimestamp(completedBefore); cb != nil && (out.CompletedBefore == nil || cb.Before(*out.CompletedBefore)) {
 		out.CompletedBefore = cb
 	}
 	return out

@@ -29,6 +29,16 @@ func fromTimestamp(ts *timestamppb.Timestamp) time.Time {
 	return ts.AsTime()
 }
 
+// boundFromTimestamp converts a time bound of a filter: nil when the field
+// is absent, the time given otherwise (the zero time included: a bound that
+// is there is applied as it is).
+func boundFromTimestamp(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	return new(ts.AsTime())
+}
+
 var statusToProto = map[store.Status]orchardv1.InstanceStatus{
 	store.StatusRunning:        orchardv1.InstanceStatus_INSTANCE_STATUS_RUNNING,
 	store.StatusCompleted:      orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED,
@@ -115,12 +125,12 @@ func filterFromProto(f *orchardv1.InstanceFilter) store.InstanceFilter {
 		Name:             f.GetName(),
 		NamePrefix:       f.GetNamePrefix(),
 		IDPrefix:         f.GetInstanceIdPrefix(),
-		CreatedAfter:     fromTimestamp(f.GetCreatedAfter()),
-		CreatedBefore:    fromTimestamp(f.GetCreatedBefore()),
-		UpdatedAfter:     fromTimestamp(f.GetUpdatedAfter()),
-		UpdatedBefore:    fromTimestamp(f.GetUpdatedBefore()),
-		CompletedAfter:   fromTimestamp(f.GetCompletedAfter()),
-		CompletedBefore:  fromTimestamp(f.GetCompletedBefore()),
+		CreatedAfter:     boundFromTimestamp(f.GetCreatedAfter()),
+		CreatedBefore:    boundFromTimestamp(f.GetCreatedBefore()),
+		UpdatedAfter:     boundFromTimestamp(f.GetUpdatedAfter()),
+		UpdatedBefore:    boundFromTimestamp(f.GetUpdatedBefore()),
+		CompletedAfter:   boundFromTimestamp(f.GetCompletedAfter()),
+		CompletedBefore:  boundFromTimestamp(f.GetCompletedBefore()),
 		RootsOnly:        f.GetRootsOnly(),
 		ParentInstanceID: f.GetParentInstanceId(),
 	}
@@ -172,7 +182,7 @@ func pruneCounts(r store.PruneResult) *orchardv1.PruneCounts {
 }
 
 func pruneOptions(o *orchardv1.PruneOptions) store.PruneOptions {
-	return store.PruneOptions{KeepLast: int(o.GetKeepLast()), CompletedBefore: fromTimestamp(o.GetCompletedBefore())}
+	return store.PruneOptions{KeepLast: int(o.GetKeepLast()), CompletedBefore: boundFromTimestamp(o.GetCompletedBefore())}
 }
 
 // Retention policies. The API's rules override field by field (an unset

@@ -115,7 +115,7 @@ func BenchmarkManagement(b *testing.B) {
 		measureThroughput(b, func() (int64, error) {
 			res, err := f.s.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
 				TenantID: benchTenant,
-				Filter:   store.InstanceFilter{CompletedBefore: f.spec.Start.Add(f.spec.Spread)},
+				Filter:   store.InstanceFilter{CompletedBefore: new(f.spec.Start.Add(f.spec.Spread))},
 				Limit:    200,
 			})
 			if err != nil {
@@ -304,12 +304,12 @@ func (f *managementFixture) listCases() []listCase {
 		// One day of 30: 3.3%.
 		{"created_range", func(i int) store.InstanceFilter {
 			from, to := day(i)
-			return store.InstanceFilter{CreatedAfter: from, CreatedBefore: to}
+			return store.InstanceFilter{CreatedAfter: &from, CreatedBefore: &to}
 		}},
 		// One day of 30: 2.8% (85% are completed).
 		{"completed_range", func(i int) store.InstanceFilter {
 			from, to := day(i)
-			return store.InstanceFilter{CompletedAfter: from, CompletedBefore: to}
+			return store.InstanceFilter{CompletedAfter: &from, CompletedBefore: &to}
 		}},
 		// 33%.
 		{"tags_env", func(i int) store.InstanceFilter {

@@ -94,10 +94,10 @@ func validateFilter(f *store.InstanceFilter) error {
 			return invalid("no instance has status %q", st)
 		}
 	}
-	for _, r := range [][2]time.Time{
+	for _, r := range [][2]*time.Time{
 		{f.CreatedAfter, f.CreatedBefore}, {f.UpdatedAfter, f.UpdatedBefore}, {f.CompletedAfter, f.CompletedBefore},
 	} {
-		if !r[0].IsZero() && !r[1].IsZero() && !r[0].Before(r[1]) {
+		if r[0] != nil && r[1] != nil && !r[0].Before(*r[1]) {
 			return invalid("empty time range: %s is not before %s", r[0].Format(time.RFC3339Nano), r[1].Format(time.RFC3339Nano))
 		}
 	}
@@ -134,11 +134,11 @@ func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDel
 	if f.IDPrefix != "" {
 		prefixRange(q, "i.instance_id", f.IDPrefix)
 	}
-	timeRange := func(col string, after, before time.Time) {
-		if !after.IsZero() {
+	timeRange := func(col string, after, before *time.Time) {
+		if after != nil {
 			q.where("i.%s >= %s", col, q.arg(after.UnixMilli()))
 		}
-		if !before.IsZero() {
+		if before != nil {
 			q.where("i.%s < %s", col, q.arg(before.UnixMilli()))
 		}
 	}
@@ -148,7 +148,7 @@ func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDel
 	// An instance is created before it is updated or completed: bounding
 	// created_at too lets the planner start the created-order scan at the
 	// cutoff instead of discarding everything newer.
-	if before := earliest(f.UpdatedBefore, f.CompletedBefore); !before.IsZero() {
+	if before := earliest(f.UpdatedBefore, f.CompletedBefore); before != nil {
 		q.where("i.created_at < %s", q.arg(before.UnixMilli()))
 	}
 	if key, value, ok := drivingTag(f); ok {
@@ -267,13 +267,22 @@ func (s *Store) decodeCursor(tenantID string, f *store.InstanceFilter, order sto
 	return &pos, nil
 }
 
-// earliest returns the earlier of the non-zero times, or zero.
-func earliest(a, b time.Time) time.Time {
+// earliest returns the earlier of the times that are set, or nil.
+func earliest(a, b *time.Time) *time.Time {
 	switch {
-	case a.IsZero():
+	case a == nil:
 		return b
-	case b.IsZero() || a.Before(b):
+	case b == nil || a.Before(*b):
 		return a
 	}
 	return b
+}
+
+// millisOrNull is t in milliseconds since the epoch, or NULL when t is nil.
+func millisOrNull(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	ms := t.UnixMilli()
+	return &ms
 }

@@ -42,7 +42,7 @@ func prunableExecution(current, keep, before string) string {
 	return fmt.Sprintf(`(e.deleting OR (
 		e.execution_id <> %[1]s AND e.status <> 'Running'
 		AND (%[2]s::INT8 = 0 OR e.execution_id <= %[1]s - %[2]s::INT8)
-		AND (%[3]s::INT8 = 0 OR e.completed_at < %[3]s::INT8)))`, current, keep, before)
+		AND (%[3]s::INT8 IS NULL OR e.completed_at < %[3]s::INT8)))`, current, keep, before)
 }
 
 // unmarkPruned ends the statements that prune (tenant $1): the instances
@@ -92,10 +92,7 @@ func (s *Store) PruneExecutions(ctx context.Context, p *store.PruneExecutionsPar
 
 // pruneStep does one transaction's worth of pruning one instance.
 func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID string, o *store.PruneOptions) (r store.PruneResult, done, found bool, err error) {
-	var before int64
-	if !o.CompletedBefore.IsZero() {
-		before = o.CompletedBefore.UnixMilli()
-	}
+	before := millisOrNull(o.CompletedBefore)
 	if err := tx.QueryRow(ctx, `SELECT true FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting`,
 		tenantID, instanceID).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
 		return r, true, false, nil
@@ -300,10 +297,7 @@ func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *sto
 			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
 		}
 	}
-	var before int64
-	if !o.CompletedBefore.IsZero() {
-		before = o.CompletedBefore.UnixMilli()
-	}
+	before := millisOrNull(o.CompletedBefore)
 	keep, completedBefore := q.arg(o.KeepLast), q.arg(before)
 	// instance_prunable knows the status; any other condition is checked
 	// on the instance, looked up by its key (OFFSET 0 keeps the lookup
@@ -347,8 +341,8 @@ ORDER BY p.status, p.instance_id LIMIT %[4]d`, match, where, prunableExecution("
 // statusesOnly says the filter has no condition but statuses.
 func statusesOnly(f *store.InstanceFilter) bool {
 	return f.InstanceIDs == nil && f.Name == "" && f.NamePrefix == "" && f.IDPrefix == "" &&
-		f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero() && f.UpdatedAfter.IsZero() && f.UpdatedBefore.IsZero() &&
-		f.CompletedAfter.IsZero() && f.CompletedBefore.IsZero() && len(f.Tags) == 0 && !f.RootsOnly && f.ParentInstanceID == ""
+		f.CreatedAfter == nil && f.CreatedBefore == nil && f.UpdatedAfter == nil && f.UpdatedBefore == nil &&
+		f.CompletedAfter == nil && f.CompletedBefore == nil && len(f.Tags) == 0 && !f.RootsOnly && f.ParentInstanceID == ""
 }
 
 // pruneShares is how many transactions of a page of a bulk prune run at

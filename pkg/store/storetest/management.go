@@ -70,7 +70,7 @@ func (h *harness) requireCounts(tenant string, want map[store.Status]int64) {
 	all, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{TenantID: tenant})
 	require.NoError(h.t, err)
 	everything, err := h.s.CountInstances(h.ctx(), &store.CountInstancesParams{
-		TenantID: tenant, Filter: store.InstanceFilter{CreatedAfter: time.UnixMilli(1)},
+		TenantID: tenant, Filter: store.InstanceFilter{CreatedAfter: new(time.UnixMilli(1))},
 	})
 	require.NoError(h.t, err)
 	require.Equal(h.t, everything, all, "counts by status disagree with the instances")
@@ -348,13 +348,13 @@ func testBulkDeleteFilters(t *testing.T, h *harness) {
 
 	// completed_before is strict, to the millisecond: b completed at the
 	// cutoff and stays.
-	res = bulk(store.InstanceFilter{CompletedBefore: at["b"]}, 0)
+	res = bulk(store.InstanceFilter{CompletedBefore: new(at["b"])}, 0)
 	require.Equal(t, int64(1), res.InstancesDeleted)
 	h.gone(tenant, "a")
 	h.instance(tenant, "b")
 
 	// Ids AND completed_before: only those in the list that are old enough.
-	res = bulk(store.InstanceFilter{InstanceIDs: []string{"b", "d"}, CompletedBefore: at["d"]}, 0)
+	res = bulk(store.InstanceFilter{InstanceIDs: []string{"b", "d"}, CompletedBefore: new(at["d"])}, 0)
 	require.Equal(t, int64(1), res.InstancesDeleted)
 	h.gone(tenant, "b")
 	h.instance(tenant, "d")
@@ -393,7 +393,7 @@ func testBulkDeleteRetentionAndCascade(t *testing.T, h *harness) {
 	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 3, store.StatusFailed: 1, store.StatusRunning: 1})
 
 	res, err := h.s.DeleteInstanceBulk(h.ctx(), &store.DeleteInstanceBulkParams{
-		TenantID: tenant, Filter: store.InstanceFilter{CompletedBefore: h.clock.Now().Add(-5 * 24 * time.Hour)},
+		TenantID: tenant, Filter: store.InstanceFilter{CompletedBefore: new(h.clock.Now().Add(-5 * 24 * time.Hour))},
 	})
 	require.NoError(t, err)
 	require.True(t, res.Complete)
@@ -444,12 +444,12 @@ func testPruneOptions(t *testing.T, h *harness) {
 	require.Len(t, execs, 10)
 
 	// 30-day style: older than the completion of execution 3.
-	res := prune(store.PruneOptions{CompletedBefore: execs[2].CompletedAt})
+	res := prune(store.PruneOptions{CompletedBefore: new(execs[2].CompletedAt)})
 	require.Equal(t, int64(2), res.ExecutionsDeleted)
 	require.Equal(t, []int64{3, 4, 5, 6, 7, 8, 9, 10}, execIDs())
 
 	// keep_last AND completed_before: outside the last 4 and older than 7.
-	res = prune(store.PruneOptions{KeepLast: 4, CompletedBefore: execs[5].CompletedAt})
+	res = prune(store.PruneOptions{KeepLast: 4, CompletedBefore: new(execs[5].CompletedAt)})
 	require.Equal(t, int64(3), res.ExecutionsDeleted)
 	require.Equal(t, []int64{6, 7, 8, 9, 10}, execIDs())
 	res = prune(store.PruneOptions{KeepLast: 2})
@@ -459,7 +459,7 @@ func testPruneOptions(t *testing.T, h *harness) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The current execution is never pruned, whatever the options say.
-	res = prune(store.PruneOptions{KeepLast: 0, CompletedBefore: h.clock.Now().Add(time.Hour)})
+	res = prune(store.PruneOptions{KeepLast: 0, CompletedBefore: new(h.clock.Now().Add(time.Hour))})
 	require.Equal(t, int64(1), res.ExecutionsDeleted)
 	require.Equal(t, []int64{10}, execIDs())
 	res = prune(store.PruneOptions{})
@@ -545,10 +545,10 @@ func testListFilters(t *testing.T, h *harness) {
 		{"id prefix with LIKE characters", store.InstanceFilter{IDPrefix: "o_x"}, []string{"o_x%"}},
 		{"id prefix _ is literal", store.InstanceFilter{IDPrefix: "o_"}, []string{"o_x%"}},
 		{"ids", store.InstanceFilter{InstanceIDs: []string{"order-3", "order-9", "nope"}}, []string{"order-3"}},
-		{"created range", store.InstanceFilter{CreatedAfter: t0.Add(time.Second), CreatedBefore: t0.Add(3 * time.Second)}, []string{"order-2", "order-3"}},
-		{"updated before", store.InstanceFilter{UpdatedBefore: tDrained}, []string{"order-3", "o_x%"}},
-		{"completed", store.InstanceFilter{CompletedAfter: tFinish.Add(time.Millisecond)}, []string{"refund-1"}},
-		{"completed before", store.InstanceFilter{CompletedBefore: tFinish.Add(time.Millisecond)}, []string{"order-2"}},
+		{"created range", store.InstanceFilter{CreatedAfter: new(t0.Add(time.Second)), CreatedBefore: new(t0.Add(3 * time.Second))}, []string{"order-2", "order-3"}},
+		{"updated before", store.InstanceFilter{UpdatedBefore: new(tDrained)}, []string{"order-3", "o_x%"}},
+		{"completed", store.InstanceFilter{CompletedAfter: new(tFinish.Add(time.Millisecond))}, []string{"refund-1"}},
+		{"completed before", store.InstanceFilter{CompletedBefore: new(tFinish.Add(time.Millisecond))}, []string{"order-2"}},
 		{"tags", store.InstanceFilter{Tags: map[string]string{"region": "eu"}}, []string{"order-1", "order-3"}},
 		{"two tags", store.InstanceFilter{Tags: map[string]string{"region": "eu", "tier": "gold"}}, []string{"order-1"}},
 		{"roots", store.InstanceFilter{RootsOnly: true, NamePrefix: "order"}, []string{"order-1", "order-2", "order-3"}},
@@ -591,7 +591,7 @@ func testListFilters(t *testing.T, h *harness) {
 		{TenantID: tenant, Limit: -1},
 		{TenantID: tenant, Order: "sideways"},
 		{TenantID: tenant, Filter: store.InstanceFilter{Statuses: []store.Status{"Exploded"}}},
-		{TenantID: tenant, Filter: store.InstanceFilter{CreatedAfter: t0, CreatedBefore: t0}},
+		{TenantID: tenant, Filter: store.InstanceFilter{CreatedAfter: new(t0), CreatedBefore: new(t0)}},
 		{TenantID: tenant, Filter: store.InstanceFilter{InstanceIDs: make([]string, store.MaxFilterIDs+1)}},
 	} {
 		_, err := h.s.ListInstances(h.ctx(), &p)
