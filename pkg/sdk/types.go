@@ -323,13 +323,6 @@ type Registration struct {
 	Created bool
 }
 
-func timestamp(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
-}
-
 // boundTimestamp converts a time bound: absent when nil, as given otherwise.
 func boundTimestamp(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {

@@ -22,13 +22,6 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-func fromTimestamp(ts *timestamppb.Timestamp) time.Time {
-	if ts == nil {
-		return time.Time{}
-	}
-	return ts.AsTime()
-}
-
 // boundFromTimestamp converts a time bound of a filter: nil when the field
 // is absent, the time given otherwise (the zero time included: a bound that
 // is there is applied as it is).
