@@ -502,7 +502,12 @@ func (w *Worker) heartbeat(base context.Context, token string, expires time.Time
 			return
 		case <-timer.C:
 		}
-		cctx, cancel := context.WithDeadline(base, expires)
+		// An attempt is bounded by the lease it asks for, not by the local
+		// estimate of the lease's end: a worker whose scheduler or clock runs
+		// late by more than that would give up before asking, and take a task
+		// it still holds for lost. Only the server's answer, or failing to get
+		// one until the lease has run out, says the task is lost.
+		cctx, cancel := context.WithTimeout(base, w.opts.lease)
 		resp, err := w.client.workers.HeartbeatActivityTask(cctx, connect.NewRequest(&orchardv1.HeartbeatActivityTaskRequest{
 			TaskToken: token, LeaseDuration: duration(w.opts.lease),
 		}))

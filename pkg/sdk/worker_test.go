@@ -29,6 +29,8 @@ type taskServer struct {
 	// lease is the lease each poll and heartbeat grants (default 1h): the
 	// worker heartbeats every third of it.
 	lease time.Duration
+	// skew is how far the server's clock is ahead of the worker's.
+	skew time.Duration
 	// heartbeatErr, when set, answers heartbeats.
 	heartbeatErr func(token string) error
 	// pollErr, when set, answers polls (n: 1 for the first).
@@ -74,7 +76,7 @@ func (s *taskServer) PollActivityTask(ctx context.Context, req *connect.Request[
 	defer t.Stop()
 	select {
 	case task := <-s.tasks:
-		task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.lease))
+		task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.skew + s.lease))
 		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Task: task}), nil
 	case <-t.C:
 		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{}), nil
@@ -92,7 +94,7 @@ func (s *taskServer) HeartbeatActivityTask(_ context.Context, req *connect.Reque
 			return nil, err
 		}
 	}
-	return connect.NewResponse(&orchardv1.HeartbeatActivityTaskResponse{LeaseExpiresAt: timestamppb.New(time.Now().Add(s.lease))}), nil
+	return connect.NewResponse(&orchardv1.HeartbeatActivityTaskResponse{LeaseExpiresAt: timestamppb.New(time.Now().Add(s.skew + s.lease))}), nil
 }
 
 func (s *taskServer) CompleteActivityTask(_ context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {
@@ -267,6 +269,37 @@ func TestHeartbeatsRunWhileTheHandlerDoes(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.JSONEq(t, `"done"`, string(s.completed[token]), "a renewed lease outlives its first expiry")
+}
+
+// A worker whose clock or scheduler is late by more than its lease (here,
+// the lease ends in its past as soon as it gets the task) still asks the
+// server before it takes the task for lost: the server says it holds the
+// task, so the handler runs to its end. This is what made the heartbeat
+// tests flaky on a loaded machine: a heartbeat that woke up after the
+// lease's local end gave up before it was sent.
+func TestALateWorkerAsksTheServerBeforeItGivesUpATask(t *testing.T) {
+	t.Parallel()
+	s := newTaskServer()
+	s.lease = 150 * time.Millisecond
+	s.skew = -time.Minute
+	w := newWorker(t, s)
+	var token string
+	sdk.Register(w, "slow", func(ctx context.Context, _ any) (string, error) {
+		for s.heartbeatsOf(token) < 3 {
+			select {
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			case <-time.After(time.Millisecond): // polls a counter the server bumps
+			}
+		}
+		return "done", nil
+	})
+	token = s.add("slow", `{}`)
+	startWorker(t, w)
+	s.waitReports(t, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.JSONEq(t, `"done"`, string(s.completed[token]), "failed: %v", s.failed[token])
 }
 
 func TestAFailedHeartbeatCancelsTheHandler(t *testing.T) {
