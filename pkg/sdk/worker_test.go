@@ -342,7 +342,9 @@ func TestAFailedHeartbeatCancelsTheHandler(t *testing.T) {
 func TestHeartbeatsThatFailUntilTheLeaseEndsCancelTheHandler(t *testing.T) {
 	t.Parallel()
 	s := newTaskServer()
-	s.lease = 150 * time.Millisecond
+	// Long enough that a loaded machine's scheduler cannot be late by all
+	// of it: the retries before its end are what this checks.
+	s.lease = 3 * time.Second
 	s.heartbeatErr = func(string) error { return unavailable() }
 	w := newWorker(t, s)
 	causes := make(chan error, 1)
