@@ -673,10 +673,13 @@ stderr.`,
 				return c.deleteDryRun(ctx, ff.f, listing{limit: l.limit, all: all || l.all})
 			}
 			filter := ff.f
-			total, err := c.client().DeleteMany(ctx, sdk.DeleteSelection{Filter: &filter}, sdk.WithBatchSize(batch),
-				sdk.WithDeleteProgress(func(total sdk.DeleteCounts) {
-					fmt.Fprintf(c.errOut, "deleted %s so far\n", describeDelete(total))
-				}))
+			opts := []sdk.BulkOption{sdk.WithBatchSize(batch), sdk.WithDeleteProgress(func(total sdk.DeleteCounts) {
+				fmt.Fprintf(c.errOut, "deleted %s so far\n", describeDelete(total))
+			})}
+			if ff.empty(cmd) {
+				opts = append(opts, sdk.AllInstances())
+			}
+			total, err := c.client().DeleteMany(ctx, sdk.DeleteSelection{Filter: &filter}, opts...)
 			if err != nil {
 				fmt.Fprintf(c.errOut, "stopped after deleting %s; run the command again to go on\n", describeDelete(total))
 				return err

@@ -631,10 +631,10 @@ func TestDeleteManyCanSelectEverything(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "an empty selection is refused before any call")
 	require.Empty(t, d.bulk)
 
-	_, err = c.DeleteMany(t.Context(), sdk.DeleteSelection{Filter: &sdk.Filter{}})
+	_, err = c.DeleteMany(t.Context(), sdk.DeleteSelection{}, sdk.AllInstances())
 	require.NoError(t, err)
 	require.Len(t, d.bulk, 1)
-	require.NotNil(t, d.bulk[0].Filter, "a non-nil empty filter is sent: it selects every terminal root instance")
+	require.True(t, d.bulk[0].All, "everything is asked for explicitly")
 }
 
 func TestDeleteManyReturnsWhatItDidBeforeAFailure(t *testing.T) {

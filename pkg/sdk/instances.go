@@ -310,8 +310,8 @@ type DeleteSelection struct {
 	// CompletedBefore: only instances that ended before this time (nil:
 	// unset).
 	CompletedBefore *time.Time
-	// Filter: only instances matching it. A non-nil empty Filter (and no
-	// other criterion) selects every terminal root instance.
+	// Filter: only instances matching it. A selection with no criterion at
+	// all is refused unless the call says AllInstances.
 	Filter *Filter
 }
 
@@ -320,6 +320,7 @@ type BulkOption func(*bulkOptions)
 
 type bulkOptions struct {
 	batch          int
+	all            bool
 	deleteProgress func(DeleteCounts)
 	pruneProgress  func(PruneCounts)
 }
@@ -327,6 +328,12 @@ type bulkOptions struct {
 // WithBatchSize bounds what each call of a bulk operation handles: trees
 // for DeleteMany, instances for PruneMany (1 to 1000; default 1000).
 func WithBatchSize(n int) BulkOption { return func(b *bulkOptions) { b.batch = n } }
+
+// AllInstances lets DeleteMany and PruneMany act on every instance (every
+// terminal root instance for DeleteMany) when their selection has no
+// criterion. Without it, such a call is refused: a destructive call never
+// widens to everything by omission. With a criterion, it is refused too.
+func AllInstances() BulkOption { return func(b *bulkOptions) { b.all = true } }
 
 // WithDeleteProgress calls fn after each call of DeleteMany with the counts
 // so far.
@@ -364,15 +371,15 @@ func (c *Client) DeleteMany(ctx context.Context, sel DeleteSelection, opts ...Bu
 		return total, err
 	}
 	req := &orchardv1.DeleteInstancesRequest{
-		InstanceIds: sel.InstanceIDs, CompletedBefore: boundTimestamp(sel.CompletedBefore), Limit: int32(b.batch),
+		InstanceIds: sel.InstanceIDs, CompletedBefore: boundTimestamp(sel.CompletedBefore), Limit: int32(b.batch), All: b.all,
 	}
 	if sel.Filter != nil {
 		if req.Filter, err = sel.Filter.toProto("filter"); err != nil {
 			return total, err
 		}
 	}
-	if len(req.InstanceIds) == 0 && req.CompletedBefore == nil && req.Filter == nil {
-		return total, invalidArgument("selection", "set InstanceIDs, CompletedBefore or Filter (a non-nil empty Filter selects every terminal root instance)")
+	if len(req.InstanceIds) == 0 && req.CompletedBefore == nil && req.Filter == nil && !b.all {
+		return total, invalidArgument("selection", "set InstanceIDs, CompletedBefore or Filter, or pass AllInstances() to delete every terminal root instance")
 	}
 	for {
 		resp, err := call(ctx, c, idempotent, c.clients.DeleteInstances, req)
@@ -414,7 +421,8 @@ func (c *Client) Prune(ctx context.Context, instanceID string, opts PruneOptions
 }
 
 // PruneMany prunes the executions of every instance the filter matches (the
-// zero Filter: all), by as many bounded calls as it takes, like DeleteMany.
+// zero Filter with AllInstances: all), by as many bounded calls as it takes,
+// like DeleteMany.
 func (c *Client) PruneMany(ctx context.Context, filter Filter, opts PruneOptions, bulk ...BulkOption) (PruneCounts, error) {
 	var total PruneCounts
 	b, err := bulkOpts(bulk)
@@ -429,7 +437,7 @@ func (c *Client) PruneMany(ctx context.Context, filter Filter, opts PruneOptions
 	if err != nil {
 		return total, err
 	}
-	req := &orchardv1.PruneExecutionsBulkRequest{Filter: f, Options: o, Limit: int32(b.batch)}
+	req := &orchardv1.PruneExecutionsBulkRequest{Filter: f, Options: o, Limit: int32(b.batch), All: b.all}
 	for {
 		resp, err := call(ctx, c, idempotent, c.clients.PruneExecutionsBulk, req)
 		if err != nil {

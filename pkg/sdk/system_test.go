@@ -428,7 +428,9 @@ func TestSystemDeleteManyAndPrune(t *testing.T) {
 	require.GreaterOrEqual(t, progress, 1)
 
 	var calls []sdk.DeleteCounts
-	deleted, err := c.DeleteMany(ctx, sdk.DeleteSelection{Filter: &sdk.Filter{}},
+	_, err = c.DeleteMany(ctx, sdk.DeleteSelection{Filter: &sdk.Filter{}})
+	require.ErrorIs(t, err, sdk.ErrInvalidArgument, "an empty filter does not select everything")
+	deleted, err := c.DeleteMany(ctx, sdk.DeleteSelection{}, sdk.AllInstances(),
 		sdk.WithBatchSize(2), sdk.WithDeleteProgress(func(total sdk.DeleteCounts) { calls = append(calls, total) }))
 	require.NoError(t, err)
 	require.Equal(t, int64(5), deleted.Instances, "the terminal ones; the running one is skipped")

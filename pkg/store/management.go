@@ -74,6 +74,14 @@ type InstanceFilter struct {
 	ParentInstanceID string
 }
 
+// Empty reports whether the filter has no criterion: it selects every
+// instance.
+func (f *InstanceFilter) Empty() bool {
+	return f.InstanceIDs == nil && len(f.Statuses) == 0 && f.Name == "" && f.NamePrefix == "" && f.IDPrefix == "" &&
+		f.CreatedAfter == nil && f.CreatedBefore == nil && f.UpdatedAfter == nil && f.UpdatedBefore == nil &&
+		f.CompletedAfter == nil && f.CompletedBefore == nil && len(f.Tags) == 0 && !f.RootsOnly && f.ParentInstanceID == ""
+}
+
 // Order is the order of a listing.
 type Order string
 

@@ -323,6 +323,20 @@ func (c *clientService) DeleteInstance(ctx context.Context, req *connect.Request
 	return connect.NewResponse(&orchardv1.DeleteInstanceResponse{Counts: deleteCounts(*res)}), nil
 }
 
+// requireAll checks the all field of a destructive bulk request against its
+// criteria as parsed: with none (an empty filter, or one whose only values
+// were unknown), the request must say all, so that it never widens to
+// everything by omission; with some, it must not.
+func requireAll(noCriterion, all bool, everything string) error {
+	switch {
+	case noCriterion && !all:
+		return fieldError("all", "the request sets no criterion; set all to act on %s", everything)
+	case !noCriterion && all:
+		return fieldError("all", "all acts on %s and excludes every other criterion", everything)
+	}
+	return nil
+}
+
 // bulkFilter ANDs a bulk request's own criteria into its filter.
 func bulkFilter(f *orchardv1.InstanceFilter, ids []string, completedBefore *timestamppb.Timestamp) store.InstanceFilter {
 	out := filterFromProto(f)
@@ -352,6 +366,13 @@ func bulkFilter(f *orchardv1.InstanceFilter, ids []string, completedBefore *time
 func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Request[orchardv1.DeleteInstancesRequest]) (*connect.Response[orchardv1.DeleteInstancesResponse], error) {
 	m := req.Msg
 	filter := bulkFilter(m.Filter, m.InstanceIds, m.CompletedBefore)
+	// Every bulk delete takes root instances only: roots_only alone selects
+	// everything as well.
+	criteria := filter
+	criteria.RootsOnly = false
+	if err := requireAll(criteria.Empty(), m.All, "every terminal root instance"); err != nil {
+		return nil, err
+	}
 	if filter.InstanceIDs != nil && len(filter.InstanceIDs) == 0 {
 		// instance_ids and filter.instance_ids have nothing in common.
 		return connect.NewResponse(&orchardv1.DeleteInstancesResponse{Counts: &orchardv1.DeleteCounts{}, Complete: true}), nil
@@ -381,8 +402,12 @@ func (c *clientService) PruneExecutions(ctx context.Context, req *connect.Reques
 
 func (c *clientService) PruneExecutionsBulk(ctx context.Context, req *connect.Request[orchardv1.PruneExecutionsBulkRequest]) (*connect.Response[orchardv1.PruneExecutionsBulkResponse], error) {
 	m := req.Msg
+	filter := filterFromProto(m.Filter)
+	if err := requireAll(filter.Empty(), m.All, "every instance"); err != nil {
+		return nil, err
+	}
 	res, err := c.s.store.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
-		TenantID: tenantOf(ctx).TenantID, Filter: filterFromProto(m.Filter), Options: pruneOptions(m.Options), Limit: int(m.Limit),
+		TenantID: tenantOf(ctx).TenantID, Filter: filter, Options: pruneOptions(m.Options), Limit: int(m.Limit),
 	})
 	if err != nil {
 		return nil, err

@@ -169,6 +169,7 @@ func New(cfg Config) (*Server, error) {
 			validate.NewInterceptor(),
 		),
 		connect.WithReadMaxBytes(cfg.MaxMessageBytes),
+		jsonCodec{name: "json"}.option(), jsonCodec{name: "json; charset=utf-8"}.option(),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(orchardv1connect.NewClientServiceHandler(&clientService{s}, opts...))

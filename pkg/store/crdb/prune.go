@@ -340,9 +340,9 @@ ORDER BY p.status, p.instance_id LIMIT %[4]d`, match, where, prunableExecution("
 
 // statusesOnly says the filter has no condition but statuses.
 func statusesOnly(f *store.InstanceFilter) bool {
-	return f.InstanceIDs == nil && f.Name == "" && f.NamePrefix == "" && f.IDPrefix == "" &&
-		f.CreatedAfter == nil && f.CreatedBefore == nil && f.UpdatedAfter == nil && f.UpdatedBefore == nil &&
-		f.CompletedAfter == nil && f.CompletedBefore == nil && len(f.Tags) == 0 && !f.RootsOnly && f.ParentInstanceID == ""
+	g := *f
+	g.Statuses = nil
+	return g.Empty()
 }
 
 // pruneShares is how many transactions of a page of a bulk prune run at

@@ -1272,7 +1272,11 @@ type DeleteInstancesRequest struct {
 	Filter *InstanceFilter `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
 	// The most trees to delete in this call (0 to 1000; 0: 1000), applied
 	// after every criterion.
-	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Every terminal root instance: required when no criterion is set (a
+	// filter that selects nothing in particular included), refused with one.
+	// A destructive call never widens to everything by omission.
+	All           bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,6 +1337,13 @@ func (x *DeleteInstancesRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *DeleteInstancesRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 // DeleteInstancesResponse says what a bulk delete did and whether it is
@@ -1505,13 +1516,17 @@ func (x *PruneExecutionsResponse) GetCounts() *PruneCounts {
 // PruneExecutionsBulkRequest selects instances and what to prune of each.
 type PruneExecutionsBulkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Which instances to prune; unset: all.
+	// Which instances to prune. With no criterion in it (or none given), all
+	// must be set.
 	Filter *InstanceFilter `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
 	// Which executions of each instance to delete.
 	Options *PruneOptions `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
 	// The most instances to process in this call (0 to 1000; 0: 1000),
 	// applied after the filter.
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Every instance: required when the filter has no criterion, refused with
+	// one. A destructive call never widens to everything by omission.
+	All           bool `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1565,6 +1580,13 @@ func (x *PruneExecutionsBulkRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *PruneExecutionsBulkRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 // PruneExecutionsBulkResponse says what a bulk prune did and whether it is
@@ -1724,14 +1746,15 @@ const file_orchard_v1_client_service_proto_rawDesc = "" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"J\n" +
 	"\x16DeleteInstanceResponse\x120\n" +
-	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\"\xdc\x03\n" +
+	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\"\xf4\x03\n" +
 	"\x16DeleteInstancesRequest\x12K\n" +
 	"\finstance_ids\x18\x01 \x03(\tB(\xbaH%\x92\x01\"\x10\xe8\a\"\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\vinstanceIds\x12E\n" +
 	"\x10completed_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcompletedBefore\x122\n" +
 	"\x06filter\x18\x03 \x01(\v2\x1a.orchard.v1.InstanceFilterR\x06filter\x12 \n" +
 	"\x05limit\x18\x04 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit:\xd7\x01\xbaH\xd3\x01\x1a\xd0\x01\n" +
-	"\x1adelete_instances.criterion\x12cset instance_ids, completed_before or filter (an empty filter selects every terminal root instance)\x1aMsize(this.instance_ids) > 0 || has(this.completed_before) || has(this.filter)\"\x9f\x01\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12\x10\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all:\xdd\x01\xbaH\xd9\x01\x1a\xd6\x01\n" +
+	"\x1adelete_instances.criterion\x12]set instance_ids, completed_before or a filter, or all to delete every terminal root instance\x1aYsize(this.instance_ids) > 0 || has(this.completed_before) || has(this.filter) || this.all\"\x9f\x01\n" +
 	"\x17DeleteInstancesResponse\x120\n" +
 	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x126\n" +
@@ -1741,12 +1764,13 @@ const file_orchard_v1_client_service_proto_rawDesc = "" +
 	"instanceId\x12:\n" +
 	"\aoptions\x18\x02 \x01(\v2\x18.orchard.v1.PruneOptionsB\x06\xbaH\x03\xc8\x01\x01R\aoptions\"J\n" +
 	"\x17PruneExecutionsResponse\x12/\n" +
-	"\x06counts\x18\x01 \x01(\v2\x17.orchard.v1.PruneCountsR\x06counts\"\xae\x01\n" +
+	"\x06counts\x18\x01 \x01(\v2\x17.orchard.v1.PruneCountsR\x06counts\"\xc0\x01\n" +
 	"\x1aPruneExecutionsBulkRequest\x122\n" +
 	"\x06filter\x18\x01 \x01(\v2\x1a.orchard.v1.InstanceFilterR\x06filter\x12:\n" +
 	"\aoptions\x18\x02 \x01(\v2\x18.orchard.v1.PruneOptionsB\x06\xbaH\x03\xc8\x01\x01R\aoptions\x12 \n" +
 	"\x05limit\x18\x03 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"\xa6\x01\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12\x10\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\"\xa6\x01\n" +
 	"\x1bPruneExecutionsBulkResponse\x12/\n" +
 	"\x06counts\x18\x01 \x01(\v2\x17.orchard.v1.PruneCountsR\x06counts\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12:\n" +
