@@ -78,8 +78,10 @@ steps:
       input:
         n: ${ input.n + 1 }
 `
-	// raceDef races an activity against a short timer: the timer wins and
-	// the activity is cancelled while its handler runs.
+	// raceDef races an activity against an event, which the test raises
+	// once the activity's handler runs (a timer would race the worker's
+	// poll on a loaded machine): the event wins and the activity is
+	// cancelled.
 	raceDef = `
 name: race
 version: "1"
@@ -89,7 +91,7 @@ steps:
       - id: slow
         activity: { name: block, task_queue: race }
       - id: deadline
-        timer: 300ms
+        wait_event: { name: stop }
   - return: ${ steps.r.output.id }
 `
 )
@@ -467,8 +469,10 @@ func TestSystemHeartbeatFailureCancelsTheHandler(t *testing.T) {
 	s.serve()
 	s.register(s.client(tenancy.RoleTenantAdmin), raceDef)
 	causes := make(chan error, 1)
+	running := make(chan struct{})
 	s.worker("race", func(w *sdk.Worker) {
 		sdk.Register(w, "block", func(ctx context.Context, _ any) (string, error) {
+			close(running)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return "too late", nil
@@ -477,6 +481,12 @@ func TestSystemHeartbeatFailureCancelsTheHandler(t *testing.T) {
 	c := s.client(tenancy.RoleClient)
 	_, err := c.Start(t.Context(), "race", nil, sdk.WithInstanceID("r"))
 	require.NoError(t, err)
+	select {
+	case <-running:
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the activity's handler never ran")
+	}
+	require.NoError(t, c.RaiseEvent(t.Context(), "r", "stop", nil))
 	in := waitEnd(t, c, "r")
 	require.Equal(t, sdk.StatusCompleted, in.Status)
 	require.JSONEq(t, `"deadline"`, string(in.Output))
