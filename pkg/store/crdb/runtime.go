@@ -193,7 +193,7 @@ func (s *Store) GetHistory(ctx context.Context, p *store.GetHistoryParams) ([]st
 		b := &pgx.Batch{}
 		b.Queue(`SELECT e.execution_id FROM instances i
 			JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-				AND e.execution_id = CASE WHEN $3 = 0 THEN i.current_execution_id ELSE $3 END
+				AND e.execution_id = CASE WHEN $3::INT8 = 0 THEN i.current_execution_id ELSE $3::INT8 END
 			WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting AND NOT e.deleting`,
 			p.TenantID, p.InstanceID, p.ExecutionID)
 		b.Queue(selectHistory, p.TenantID, p.InstanceID, p.ExecutionID, p.AfterEventID, limit)
@@ -225,7 +225,7 @@ const selectHistory = `
 SELECT h.event_id, h.kind, h.payload, h.created_at
 FROM history h
 WHERE h.tenant_id = $1 AND h.instance_id = $2 AND h.execution_id = (
-	SELECT CASE WHEN $3 = 0 THEN current_execution_id ELSE $3 END
+	SELECT CASE WHEN $3::INT8 = 0 THEN current_execution_id ELSE $3::INT8 END
 	FROM instances WHERE tenant_id = $1 AND instance_id = $2)
 	AND h.event_id > $4
 ORDER BY h.event_id
