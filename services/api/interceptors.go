@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -49,13 +50,22 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 			if err != nil {
 				err = connectError(ctx, log, err)
 			}
-			if log.Enabled(ctx, slog.LevelDebug) {
-				code := "ok"
-				if err != nil {
-					code = connect.CodeOf(err).String()
+			// One line per call: at info for errors, so that operators see
+			// what went wrong for whom; at debug for successes.
+			level, code := slog.LevelDebug, "ok"
+			if err != nil {
+				level, code = slog.LevelInfo, connect.CodeOf(err).String()
+			}
+			if log.Enabled(ctx, level) {
+				attrs := []slog.Attr{slog.String("subject", c.subject), slog.String("code", code),
+					slog.Duration("duration", time.Since(start))}
+				if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+					attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 				}
-				log.DebugContext(ctx, "api: call", slog.String("subject", c.subject), slog.String("code", code),
-					slog.Duration("duration", time.Since(start)))
+				if err != nil {
+					attrs = append(attrs, slog.String("error", err.Error()))
+				}
+				log.LogAttrs(ctx, level, "api: call", attrs...)
 			}
 			return resp, err
 		}

@@ -47,8 +47,8 @@ type Config struct {
 	// same tenants must share it; empty: a random key per process, so
 	// tokens survive neither a restart nor a load balancer.
 	TokenKey []byte
-	// Logger receives one line per call (debug, or error for internal
-	// errors); default slog.Default().
+	// Logger receives one line per call (procedure, tenant, subject, code,
+	// duration, trace id): at info for errors, at debug for successes.
 	Logger *slog.Logger
 	// TracerProvider and MeterProvider default to the global ones.
 	TracerProvider trace.TracerProvider
