@@ -136,4 +136,3 @@ func TestNumericExtremesAreNeverInternal(t *testing.T) {
 	t.Logf("%d calls", calls)
 	require.Greater(t, calls, 50)
 }
-

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/orchardhq/orchard/services/api"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/services/api"
 )
 
 // lockedBuffer is a log sink the server's goroutines write to.
