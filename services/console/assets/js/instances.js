@@ -215,7 +215,11 @@ function runBulk(area, filter, target, total) {
   const status = h('p', { id: 'bulk-status', 'aria-live': 'polite' }, 'Starting…');
   const pauseBtn = h('button', { type: 'button', id: 'bulk-pause' }, 'Pause');
   const sum = { instancesDeleted: 0, executionsDeleted: 0, eventsDeleted: 0, queueMessagesDeleted: 0 };
-  let next = { filter, limit: 100 };
+  // A filter with no criterion (roots only is none: a bulk delete takes
+  // roots only) must say all: the API never widens a delete by omission.
+  const criteria = Object.entries(filter).filter(([k, v]) => k !== 'rootsOnly' && v !== undefined && v !== null && v !== '' && v !== false
+    && !(Array.isArray(v) && v.length === 0) && !(typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0));
+  let next = criteria.length ? { filter, limit: 100 } : { all: true, limit: 100 };
   let paused = false;
   let running = false;
   const describe = () => `${num(sum.instancesDeleted)} instances (sub-orchestrations included), ${num(sum.executionsDeleted)} executions, ${num(sum.eventsDeleted)} events deleted`;
