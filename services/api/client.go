@@ -84,7 +84,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start},
 	}
 	if m.Retention != nil {
-		d := retentionFromDuration(m.Retention)
+		d := durationFrom(m.Retention)
 		p.Retention = &store.Retention{Completed: d, Failed: d, Cancelled: d}
 	}
 	res, err := c.s.store.StartOrchestration(ctx, p)

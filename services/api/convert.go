@@ -48,26 +48,21 @@ func init() {
 	}
 }
 
-// retentionFromDuration maps an API retention (0 = remove at the janitor's
-// next run) to the store's, where zero means "keep forever": 0 becomes one
-// millisecond.
-func retentionFromDuration(d *durationpb.Duration) time.Duration {
+// durationFrom reads an optional API duration: unset stays unset.
+func durationFrom(d *durationpb.Duration) *time.Duration {
 	if d == nil {
-		return 0
+		return nil
 	}
-	return max(d.AsDuration(), time.Millisecond)
+	v := d.AsDuration()
+	return &v
 }
 
-// retentionToDuration is retentionFromDuration's inverse: unset stays
-// unset, one millisecond or less reads as 0.
-func retentionToDuration(d time.Duration) *durationpb.Duration {
-	switch {
-	case d <= 0:
+// durationTo writes an optional duration.
+func durationTo(d *time.Duration) *durationpb.Duration {
+	if d == nil {
 		return nil
-	case d <= time.Millisecond:
-		return durationpb.New(0)
 	}
-	return durationpb.New(d)
+	return durationpb.New(*d)
 }
 
 func instanceToProto(in *store.Instance) *orchardv1.Instance {
@@ -90,7 +85,7 @@ func instanceToProto(in *store.Instance) *orchardv1.Instance {
 		EventCount:         in.EventCount,
 	}
 	if in.Retention != nil {
-		out.Retention = retentionToDuration(in.Retention.Completed)
+		out.Retention = durationTo(in.Retention.Completed)
 	}
 	return out
 }
@@ -178,77 +173,66 @@ func pruneOptions(o *orchardv1.PruneOptions) store.PruneOptions {
 	return store.PruneOptions{KeepLast: int(o.GetKeepLast()), CompletedBefore: boundFromTimestamp(o.GetCompletedBefore())}
 }
 
-// Retention policies. The API's rules override field by field (an unset
-// field keeps the default rule's value); the store applies the most
-// specific rule as a whole. So a rule by name is stored merged with the
-// default rule, and read back as stored.
+// Retention policies are stored as given: a rule by name keeps its unset
+// fields unset, and takes them from the default rule when it is applied
+// (store.RetentionPolicy.For), so a later change of the default reaches it.
 
-func ruleFromProto(r *orchardv1.RetentionRule, base store.Retention) store.Retention {
+func ruleFromProto(r *orchardv1.RetentionRule) store.Retention {
 	if r == nil {
-		return base
+		return store.Retention{}
 	}
-	out := base
-	if r.Completed != nil {
-		out.Completed = retentionFromDuration(r.Completed)
-	}
-	if r.Failed != nil {
-		out.Failed = retentionFromDuration(r.Failed)
-	}
-	if r.Cancelled != nil {
-		out.Cancelled = retentionFromDuration(r.Cancelled)
+	out := store.Retention{
+		Completed: durationFrom(r.Completed),
+		Failed:    durationFrom(r.Failed),
+		Cancelled: durationFrom(r.Cancelled),
 	}
 	if c := r.ContinueAsNew; c != nil {
-		if c.KeepLast != nil {
-			out.Chain.KeepLast = int(c.GetKeepLast())
-		}
-		if c.MaxAge != nil {
-			out.Chain.MaxAge = retentionFromDuration(c.MaxAge)
-		}
-		if c.AutoPrune != nil {
-			out.Chain.AutoPrune = c.GetAutoPrune()
-		}
+		out.Chain.KeepLast = int(c.GetKeepLast())
+		out.Chain.MaxAge = durationFrom(c.MaxAge)
+		out.Chain.AutoPrune = c.AutoPrune
 	}
 	return out
 }
 
 func policyFromProto(p *orchardv1.RetentionPolicy) (store.RetentionPolicy, error) {
-	out := store.RetentionPolicy{Default: ruleFromProto(p.GetDefaultRule(), store.Retention{})}
-	if err := checkRule("policy.default_rule", out.Default); err != nil {
+	out := store.RetentionPolicy{Default: ruleFromProto(p.GetDefaultRule())}
+	if err := checkRule("policy.default_rule", out.For("", nil)); err != nil {
 		return out, err
 	}
 	for name, r := range p.GetRulesByName() {
 		if out.ByName == nil {
 			out.ByName = map[string]store.Retention{}
 		}
-		out.ByName[name] = ruleFromProto(r, out.Default)
-		if err := checkRule("policy.rules_by_name["+name+"]", out.ByName[name]); err != nil {
+		out.ByName[name] = ruleFromProto(r)
+	}
+	for name := range out.ByName {
+		if err := checkRule("policy.rules_by_name["+name+"]", out.For(name, nil)); err != nil {
 			return out, err
 		}
 	}
 	return out, nil
 }
 
+// checkRule checks a rule as it applies, merged with the rules it
+// overrides.
 func checkRule(path string, r store.Retention) error {
-	if r.Chain.AutoPrune && r.Chain.KeepLast == 0 {
-		return fieldError(path+".continue_as_new.auto_prune", "auto_prune needs keep_last")
+	if r.Chain.AutoPrune != nil && *r.Chain.AutoPrune && r.Chain.KeepLast == 0 {
+		return fieldError(path+".continue_as_new.auto_prune", "auto_prune needs keep_last (in this rule or the default rule)")
 	}
 	return nil
 }
 
 func ruleToProto(r store.Retention) *orchardv1.RetentionRule {
 	out := &orchardv1.RetentionRule{
-		Completed: retentionToDuration(r.Completed),
-		Failed:    retentionToDuration(r.Failed),
-		Cancelled: retentionToDuration(r.Cancelled),
+		Completed: durationTo(r.Completed),
+		Failed:    durationTo(r.Failed),
+		Cancelled: durationTo(r.Cancelled),
 	}
-	if c := r.Chain; c != (store.ChainRetention{}) {
-		out.ContinueAsNew = &orchardv1.ContinueAsNewRetention{MaxAge: retentionToDuration(c.MaxAge)}
+	if c := r.Chain; !c.IsZero() {
+		out.ContinueAsNew = &orchardv1.ContinueAsNewRetention{MaxAge: durationTo(c.MaxAge), AutoPrune: c.AutoPrune}
 		if c.KeepLast > 0 {
 			k := int32(c.KeepLast)
 			out.ContinueAsNew.KeepLast = &k
-		}
-		if c.AutoPrune {
-			out.ContinueAsNew.AutoPrune = &c.AutoPrune
 		}
 	}
 	return out
@@ -256,7 +240,7 @@ func ruleToProto(r store.Retention) *orchardv1.RetentionRule {
 
 func policyToProto(p store.RetentionPolicy) *orchardv1.RetentionPolicy {
 	out := &orchardv1.RetentionPolicy{}
-	if p.Default != (store.Retention{}) {
+	if !p.Default.IsZero() {
 		out.DefaultRule = ruleToProto(p.Default)
 	}
 	for name, r := range p.ByName {

@@ -67,7 +67,7 @@ func (c *definitionCache) get(ctx context.Context, tenant, name, version string)
 	return def, nil
 }
 
-// policyCache keeps tenants' retention policies and limits for a while.
+// policyCache keeps tenants' limits for a while.
 type policyCache struct {
 	store store.Store
 	clock store.Clock
@@ -88,20 +88,20 @@ func newPolicyCache(s store.Store, clock store.Clock, ttl time.Duration) *policy
 }
 
 // retention returns the retention that governs an instance: its own
-// override, else its tenant's policy for its name.
+// override, else its tenant's policy for its name. The policy is read from
+// the database, not the cache: a rule set just before a chain runs must
+// apply to its next continue-as-new, and this is read only at
+// continue-as-new and at a chain's end.
 func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID string) (store.Retention, error) {
 	inst, err := c.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: tenant, InstanceID: instanceID})
 	if err != nil {
 		return store.Retention{}, err
 	}
-	if inst.Retention != nil {
-		return *inst.Retention, nil
-	}
-	p, err := c.tenant(ctx, tenant)
+	t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
 	if err != nil {
 		return store.Retention{}, err
 	}
-	return p.policy.For(name, nil), nil
+	return t.Retention.For(name, inst.Retention), nil
 }
 
 // limits returns a tenant's limits.

@@ -182,7 +182,7 @@ steps:
   - return: ${ input.n }
 `)
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
-	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5, AutoPrune: true}})
+	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)}})
 	s.start("kept", "counter", map[string]any{"n": 1}, nil)
 	for id, want := range map[string]int{"pruned": 5, "kept": 100} {
 		in := s.waitDone(id)

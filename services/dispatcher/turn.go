@@ -450,11 +450,12 @@ func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem)
 		d.log.Warn("auto-prune skipped: retention unknown", "tenant", tenant, "instance", id, "error", err)
 		return
 	}
-	if !r.Chain.AutoPrune || r.Chain.KeepLast <= 0 {
+	keep, ok := r.Chain.AutoPrunes()
+	if !ok {
 		return
 	}
 	res, err := d.cfg.Store.PruneExecutions(ctx, &store.PruneExecutionsParams{
-		TenantID: tenant, InstanceID: id, Options: store.PruneOptions{KeepLast: r.Chain.KeepLast},
+		TenantID: tenant, InstanceID: id, Options: store.PruneOptions{KeepLast: keep},
 	})
 	if err != nil {
 		d.log.Warn("auto-prune failed", "tenant", tenant, "instance", id, "error", err)

@@ -98,8 +98,10 @@ func (s *Store) ListTenants(ctx context.Context, p *store.ListTenantsParams) ([]
 func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (*store.Tenant, error) {
 	var state *string
 	if p.State != nil {
-		if *p.State != store.TenantActive && *p.State != store.TenantSuspended {
-			return nil, invalid("tenant state %q: want %q or %q", *p.State, store.TenantActive, store.TenantSuspended)
+		switch *p.State {
+		case store.TenantActive, store.TenantSuspended, store.TenantDeleting:
+		default:
+			return nil, invalid("tenant state %q: want %q, %q or %q", *p.State, store.TenantActive, store.TenantSuspended, store.TenantDeleting)
 		}
 		state = p.State
 	}

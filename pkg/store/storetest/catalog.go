@@ -112,8 +112,8 @@ func testTenants(t *testing.T, h *harness) {
 	h.clock.Advance(time.Minute)
 	suspended := store.TenantSuspended
 	policy := store.RetentionPolicy{
-		Default: store.Retention{Completed: 30 * 24 * time.Hour, Failed: 90 * 24 * time.Hour},
-		ByName:  map[string]store.Retention{"poller": {Chain: store.ChainRetention{KeepLast: 5, AutoPrune: true}}},
+		Default: store.Retention{Completed: new(30 * 24 * time.Hour), Failed: new(90 * 24 * time.Hour)},
+		ByName:  map[string]store.Retention{"poller": {Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)}}},
 	}
 	b, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{
 		TenantID: "b", State: &suspended, Limits: json.RawMessage(`{"requests_per_second":5}`), Retention: &policy,
@@ -136,16 +136,24 @@ func testTenants(t *testing.T, h *harness) {
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "b", State: &bad})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "b", Retention: &store.RetentionPolicy{
-		ByName: map[string]store.Retention{"x": {Chain: store.ChainRetention{AutoPrune: true}}},
+		ByName: map[string]store.Retention{"x": {Chain: store.ChainRetention{AutoPrune: new(true)}}},
 	}})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "nobody", State: &active})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The policy that applies: instance override, else by name, else default.
-	override := &store.Retention{Completed: time.Hour}
-	require.Equal(t, *override, policy.For("poller", override))
-	require.Equal(t, policy.ByName["poller"], policy.For("poller", nil))
+	// The policy that applies, field by field: instance override, else by
+	// name, else default.
+	override := &store.Retention{Completed: new(time.Hour)}
+	require.Equal(t, store.Retention{
+		Completed: new(time.Hour), Failed: new(90 * 24 * time.Hour),
+		Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)},
+	}, policy.For("poller", override))
+	require.Equal(t, store.Retention{
+		Completed: new(30 * 24 * time.Hour), Failed: new(90 * 24 * time.Hour),
+		Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)},
+	}, policy.For("poller", nil))
 	require.Equal(t, policy.Default, policy.For("order", nil))
 }
 
@@ -159,7 +167,7 @@ func tenantIDs(ts []store.Tenant) []string {
 
 func testInstanceRetentionOverride(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
-	keep := &store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: true}}
+	keep := &store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}
 	_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
 		TenantID: tenant, InstanceID: "poller", Name: "poller", Retention: keep,
 		Start: store.Message{Kind: kindStart},
@@ -171,7 +179,7 @@ func testInstanceRetentionOverride(t *testing.T, h *harness) {
 	require.Nil(t, h.instance(tenant, "plain").Retention)
 
 	_, err = h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
-		TenantID: tenant, InstanceID: "bad", Name: "poller", Retention: &store.Retention{Completed: -time.Hour},
+		TenantID: tenant, InstanceID: "bad", Name: "poller", Retention: &store.Retention{Completed: new(-time.Hour)},
 		Start: store.Message{Kind: kindStart},
 	})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)

@@ -1,0 +1,391 @@
+// Package retention applies a tenant's retention policy: it finds the
+// terminal instance trees whose rule says they have been kept long enough
+// and deletes them, then prunes the past executions of continue-as-new
+// chains, all through the store's bounded deletes and prunes. Preview
+// counts the same thing without deleting. The janitor applies; the API
+// previews. It never deletes a running instance, nor a sub-orchestration
+// on its own: trees go whole, judged by their root's rule.
+package retention
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// Store is what retention needs of the store.
+type Store interface {
+	store.Management
+	store.Janitor
+}
+
+// DefaultPageSize is how many candidates one read takes, and so the most
+// trees one bulk delete is asked for.
+const DefaultPageSize = 500
+
+// terminal are the statuses retention deletes, in the order it sweeps them.
+var terminal = []store.Status{store.StatusCompleted, store.StatusFailed, store.StatusCancelled}
+
+// Options bound one application of a policy.
+type Options struct {
+	// Now is the time the rules are judged at.
+	Now time.Time
+	// PageSize bounds the candidates read at a time (DefaultPageSize).
+	PageSize int
+	// Deadline stops the work between batches; zero: none. What is left is
+	// reported as incomplete.
+	Deadline time.Time
+	// OnBatch, when set, sees the counts of each batch as it commits.
+	OnBatch func(Result)
+}
+
+func (o *Options) pageSize() int {
+	if o.PageSize <= 0 {
+		return DefaultPageSize
+	}
+	return min(o.PageSize, store.MaxFilterIDs)
+}
+
+func (o *Options) expired() bool { return !o.Deadline.IsZero() && time.Now().After(o.Deadline) }
+
+// Result counts what an application removed.
+type Result struct {
+	Deleted store.DeleteResult
+	Pruned  store.PruneResult
+	// Complete is false when the deadline stopped the work.
+	Complete bool
+}
+
+func (r *Result) add(o Result) {
+	r.Deleted.Add(o.Deleted)
+	r.Pruned.InstancesProcessed += o.Pruned.InstancesProcessed
+	r.Pruned.ExecutionsDeleted += o.Pruned.ExecutionsDeleted
+	r.Pruned.EventsDeleted += o.Pruned.EventsDeleted
+}
+
+// Executions counts the executions removed by deletes and prunes.
+func (r Result) Executions() int64 { return r.Deleted.ExecutionsDeleted + r.Pruned.ExecutionsDeleted }
+
+// Events counts the history events removed by deletes and prunes.
+func (r Result) Events() int64 { return r.Deleted.EventsDeleted + r.Pruned.EventsDeleted }
+
+// Apply deletes the trees the policy says have expired and prunes the
+// chains it trims, until nothing is left or the deadline passes.
+func Apply(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o Options) (Result, error) {
+	var total Result
+	report := func(r Result) {
+		total.add(r)
+		if o.OnBatch != nil {
+			o.OnBatch(r)
+		}
+	}
+	complete, err := forEachExpired(ctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
+		res, err := s.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
+			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids(batch)}, Limit: len(batch),
+		})
+		if res != nil {
+			report(Result{Deleted: res.DeleteResult})
+		}
+		return err
+	})
+	if err != nil || !complete {
+		return total, err
+	}
+	complete, err = forEachChain(ctx, s, tenantID, policy, &o, func(opts store.PruneOptions, group []store.ChainCandidate) error {
+		ids := make([]string, len(group))
+		for i, c := range group {
+			ids[i] = c.InstanceID
+		}
+		res, err := s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
+			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids}, Options: opts, Limit: len(ids),
+		})
+		if res != nil {
+			report(Result{Pruned: res.PruneResult})
+		}
+		return err
+	})
+	total.Complete = complete
+	return total, err
+}
+
+// forEachExpired hands fn the expired roots a page at a time: status by
+// status those that follow the policy, then those with a retention of
+// their own. It reports false when the deadline stopped it.
+func forEachExpired(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o *Options, fn func([]store.ExpiryCandidate) error) (bool, error) {
+	type scan struct {
+		status    store.Status
+		overrides bool
+		cutoff    time.Time
+	}
+	var scans []scan
+	for _, st := range terminal {
+		if keep, ok := shortestKeep(policy, st); ok {
+			scans = append(scans, scan{status: st, cutoff: o.Now.Add(-keep)})
+		}
+	}
+	scans = append(scans, scan{overrides: true, cutoff: o.Now})
+	for _, sc := range scans {
+		var after *store.ExpiryCandidate
+		for {
+			if o.expired() {
+				return false, nil
+			}
+			page, err := s.ListExpiryCandidates(ctx, &store.ListExpiryCandidatesParams{
+				TenantID: tenantID, Status: sc.status, Overrides: sc.overrides,
+				CompletedBefore: sc.cutoff, After: after, Limit: o.pageSize(),
+			})
+			if err != nil {
+				return false, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			after = &page[len(page)-1]
+			var batch []store.ExpiryCandidate
+			for _, c := range page {
+				if expired(policy, c, o.Now) {
+					batch = append(batch, c)
+				}
+			}
+			if len(batch) > 0 {
+				if err := fn(batch); err != nil {
+					return false, err
+				}
+			}
+			if len(page) < o.pageSize() {
+				break
+			}
+		}
+	}
+	return true, nil
+}
+
+// shortestKeep is the shortest time any rule keeps instances of a status,
+// which bounds the scan of those that follow the policy.
+func shortestKeep(policy store.RetentionPolicy, st store.Status) (time.Duration, bool) {
+	keep, found := policy.For("", nil).KeepFor(st)
+	for name := range policy.ByName {
+		if d, ok := policy.For(name, nil).KeepFor(st); ok && (!found || d < keep) {
+			keep, found = d, true
+		}
+	}
+	return keep, found
+}
+
+// expired reports whether a candidate's rule lets it go now: it completed
+// strictly before now minus what the rule keeps.
+func expired(policy store.RetentionPolicy, c store.ExpiryCandidate, now time.Time) bool {
+	if !c.Status.Terminal() {
+		return false
+	}
+	keep, ok := policy.For(c.Name, c.Retention).KeepFor(c.Status)
+	return ok && c.CompletedAt.Before(now.Add(-keep))
+}
+
+// forEachChain hands fn, a page at a time, the instances with past
+// executions that their rule prunes, grouped by the prune options the rule
+// gives. It reports false when the deadline stopped it.
+func forEachChain(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o *Options, fn func(store.PruneOptions, []store.ChainCandidate) error) (bool, error) {
+	if !prunesAny(policy) {
+		return true, nil
+	}
+	after := ""
+	for {
+		if o.expired() {
+			return false, nil
+		}
+		page, err := s.ListChainCandidates(ctx, &store.ListChainCandidatesParams{TenantID: tenantID, AfterID: after, Limit: o.pageSize()})
+		if err != nil {
+			return false, err
+		}
+		if len(page) == 0 {
+			return true, nil
+		}
+		after = page[len(page)-1].InstanceID
+		groups := map[store.PruneOptions][]store.ChainCandidate{}
+		var order []store.PruneOptions
+		for _, c := range page {
+			opts, ok := policy.For(c.Name, c.Retention).Chain.Prune(o.Now)
+			if !ok {
+				continue
+			}
+			if _, seen := groups[opts]; !seen {
+				order = append(order, opts)
+			}
+			groups[opts] = append(groups[opts], c)
+		}
+		for _, opts := range order {
+			if err := fn(opts, groups[opts]); err != nil {
+				return false, err
+			}
+		}
+		if len(page) < o.pageSize() {
+			return true, nil
+		}
+	}
+}
+
+// prunesAny reports whether some rule could prune a chain: the default,
+// a rule by name, or an instance's own (which can only carry durations
+// for terminal instances, so it never adds a chain rule).
+func prunesAny(policy store.RetentionPolicy) bool {
+	if _, ok := policy.For("", nil).Chain.Prune(time.Time{}); ok {
+		return true
+	}
+	for name := range policy.ByName {
+		if _, ok := policy.For(name, nil).Chain.Prune(time.Time{}); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func ids(cs []store.ExpiryCandidate) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.InstanceID
+	}
+	return out
+}
+
+// Preview is what applying a policy would remove now.
+type Preview struct {
+	// Instances, Executions and Events are the totals, deletes (trees,
+	// descendants included) and prunes together.
+	Instances  int64
+	Executions int64
+	Events     int64
+	// Groups break the deletes down by the root's status and name.
+	Groups []Group
+	// PrunedInstances, PrunedExecutions and PrunedEvents are the prunes of
+	// continue-as-new chains.
+	PrunedInstances  int64
+	PrunedExecutions int64
+	PrunedEvents     int64
+	// OldestCompleted and NewestCompleted bound the completion times of the
+	// roots that would go (zero when none).
+	OldestCompleted time.Time
+	NewestCompleted time.Time
+	// Truncated is true when counting stopped at the cap or the deadline:
+	// the figures are then lower bounds.
+	Truncated bool
+}
+
+// Group is what would be deleted of one status and name.
+type Group struct {
+	Status     store.Status
+	Name       string
+	Instances  int64
+	Executions int64
+	Events     int64
+}
+
+// PreviewOptions bound a preview.
+type PreviewOptions struct {
+	Options
+	// MaxRoots caps the trees counted (DefaultMaxPreviewRoots).
+	MaxRoots int
+}
+
+// DefaultMaxPreviewRoots caps a preview's count of trees.
+const DefaultMaxPreviewRoots = 100_000
+
+// Preview counts what Apply would remove now, deleting nothing.
+func PreviewPolicy(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o PreviewOptions) (*Preview, error) {
+	maxRoots := o.MaxRoots
+	if maxRoots <= 0 {
+		maxRoots = DefaultMaxPreviewRoots
+	}
+	out := &Preview{}
+	groups := map[Group]*Group{}
+	deleted := map[string]bool{}
+	capped := false
+	complete, err := forEachExpired(ctx, s, tenantID, policy, &o.Options, func(batch []store.ExpiryCandidate) error {
+		if capped {
+			return nil
+		}
+		sums, err := s.SummarizeTrees(ctx, &store.SummarizeTreesParams{TenantID: tenantID, RootIDs: ids(batch)})
+		if err != nil {
+			return err
+		}
+		for _, c := range batch {
+			t, ok := sums[c.InstanceID]
+			if !ok || !t.Terminal {
+				continue
+			}
+			if len(deleted) >= maxRoots {
+				capped = true
+				return nil
+			}
+			deleted[c.InstanceID] = true
+			key := Group{Status: c.Status, Name: c.Name}
+			g := groups[key]
+			if g == nil {
+				g = &Group{Status: c.Status, Name: c.Name}
+				groups[key] = g
+			}
+			g.Instances += t.Instances
+			g.Executions += t.Executions
+			g.Events += t.Events
+			out.Instances += t.Instances
+			out.Executions += t.Executions
+			out.Events += t.Events
+			if out.OldestCompleted.IsZero() || c.CompletedAt.Before(out.OldestCompleted) {
+				out.OldestCompleted = c.CompletedAt
+			}
+			if c.CompletedAt.After(out.NewestCompleted) {
+				out.NewestCompleted = c.CompletedAt
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if complete && !capped {
+		complete, err = forEachChain(ctx, s, tenantID, policy, &o.Options, func(opts store.PruneOptions, group []store.ChainCandidate) error {
+			var ids []string
+			for _, c := range group {
+				// A chain in a tree that goes is counted with its tree.
+				if !deleted[c.RootInstanceID] {
+					ids = append(ids, c.InstanceID)
+				}
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			r, err := s.CountPrunable(ctx, &store.CountPrunableParams{TenantID: tenantID, InstanceIDs: ids, Options: opts})
+			if err != nil {
+				return err
+			}
+			out.PrunedInstances += r.InstancesProcessed
+			out.PrunedExecutions += r.ExecutionsDeleted
+			out.PrunedEvents += r.EventsDeleted
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out.Executions += out.PrunedExecutions
+	out.Events += out.PrunedEvents
+	out.Truncated = capped || !complete
+	for _, g := range groups {
+		out.Groups = append(out.Groups, *g)
+	}
+	slices.SortFunc(out.Groups, func(a, b Group) int {
+		if a.Status != b.Status {
+			return slices.Index(terminal, a.Status) - slices.Index(terminal, b.Status)
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}

@@ -1,0 +1,448 @@
+package janitor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/datagen"
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/pkg/retention"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/services/janitor"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// retryNow retries a failed job at once, so a test that cuts a job short
+// sees it resumed without waiting for River's backoff.
+type retryNow struct{}
+
+func (retryNow) NextRetry(*rivertype.JobRow) time.Time { return time.Now() }
+
+type env struct {
+	t     *testing.T
+	pool  *pgxpool.Pool
+	store *crdb.Store
+	now   time.Time
+}
+
+func newEnv(t *testing.T) *env {
+	pool := testdb.Pool(t, 16)
+	_, err := janitor.Migrate(t.Context(), pool, "")
+	require.NoError(t, err)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return &env{t: t, pool: pool, now: now, store: crdb.New(pool, crdb.Options{Clock: fixedClock(now), MaxRowsPerTransaction: 500})}
+}
+
+// start runs a janitor until the test ends; cfg adjusts its config.
+func (e *env) start(cfg func(*janitor.Config)) *janitor.Janitor {
+	c := janitor.Config{
+		Store: e.store, RiverPool: e.pool, Interval: time.Hour, Clock: fixedClock(e.now),
+		RetryPolicy: retryNow{}, EraseGrace: time.Nanosecond, PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
+	}
+	if cfg != nil {
+		cfg(&c)
+	}
+	j, err := janitor.New(c)
+	require.NoError(e.t, err)
+	require.NoError(e.t, j.Start(context.WithoutCancel(e.t.Context())))
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = j.Stop(ctx)
+	})
+	return j
+}
+
+func (e *env) setPolicy(tenant string, p store.RetentionPolicy) {
+	_, err := e.store.UpdateTenant(e.t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &p})
+	require.NoError(e.t, err)
+}
+
+func (e *env) generate(spec datagen.Spec) {
+	spec.Start, spec.Spread = e.now.Add(-30*24*time.Hour), 30*24*time.Hour-time.Minute
+	_, err := datagen.Generate(e.t.Context(), e.pool, spec)
+	require.NoError(e.t, err)
+}
+
+// row is an instance as the test reads it back, to judge retention by
+// brute force.
+type row struct {
+	id, parent, root, name string
+	status                 store.Status
+	completed              *int64
+	retention              *store.Retention
+	executions, events     int64
+}
+
+func (e *env) rows(tenant string) map[string]row {
+	rows, err := e.pool.Query(e.t.Context(), `SELECT instance_id, COALESCE(parent_instance_id, ''), root_instance_id, name, status,
+		completed_at, retention, execution_count, event_count FROM instances WHERE tenant_id = $1`, tenant)
+	require.NoError(e.t, err)
+	out := map[string]row{}
+	var r row
+	var ret []byte
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.parent, &r.root, &r.name, &r.status, &r.completed, &ret, &r.executions, &r.events}, func() error {
+		r.retention = nil
+		if ret != nil {
+			r.retention = new(store.Retention)
+			require.NoError(e.t, json.Unmarshal(ret, r.retention))
+		}
+		out[r.id] = r
+		return nil
+	})
+	require.NoError(e.t, err)
+	return out
+}
+
+// expectedTrees judges every root by the policy, by brute force: the
+// roots whose rule lets them go and whose whole tree is terminal.
+func expectedTrees(rows map[string]row, p store.RetentionPolicy, now time.Time) map[string]bool {
+	running := map[string]bool{}
+	for _, r := range rows {
+		if !r.status.Terminal() {
+			running[r.root] = true
+		}
+	}
+	out := map[string]bool{}
+	for _, r := range rows {
+		if r.parent != "" || running[r.id] || r.completed == nil {
+			continue
+		}
+		keep, ok := p.For(r.name, r.retention).KeepFor(r.status)
+		if ok && time.UnixMilli(*r.completed).Before(now.Add(-keep)) {
+			out[r.id] = true
+		}
+	}
+	return out
+}
+
+// completeRun is the run that finished a tenant's job (the clock is fixed:
+// runs cannot be told apart by time).
+func (e *env) completeRun(tenant string) *store.JanitorRun {
+	runs, err := e.store.ListJanitorRuns(e.t.Context(), &store.ListJanitorRunsParams{TenantID: tenant, Limit: store.MaxListLimit})
+	require.NoError(e.t, err)
+	for _, r := range runs {
+		if r.Complete {
+			return &r
+		}
+	}
+	return nil
+}
+
+func (e *env) lastRun(tenant string) *store.JanitorRun {
+	runs, err := e.store.ListJanitorRuns(e.t.Context(), &store.ListJanitorRunsParams{TenantID: tenant, Limit: 1})
+	require.NoError(e.t, err)
+	if len(runs) == 0 || runs[0].FinishedAt.IsZero() {
+		return nil
+	}
+	return &runs[0]
+}
+
+func (e *env) audit(tenant, action string) []store.AuditRecord {
+	recs, err := e.store.ListAuditRecords(e.t.Context(), &store.ListAuditRecordsParams{TenantID: tenant, Action: action})
+	require.NoError(e.t, err)
+	return recs
+}
+
+// requireConsistent checks what a delete must never leave: a child
+// without its root, an execution or event without its instance, counters
+// that disagree with the rows.
+func (e *env) requireConsistent(tenant string) {
+	var orphans int64
+	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `
+SELECT (SELECT count(*) FROM instances c WHERE c.tenant_id = $1 AND c.parent_instance_id IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM instances p WHERE p.tenant_id = c.tenant_id AND p.instance_id = c.parent_instance_id))
+	+ (SELECT count(*) FROM executions x WHERE x.tenant_id = $1
+		AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = x.tenant_id AND i.instance_id = x.instance_id))
+	+ (SELECT count(*) FROM history h WHERE h.tenant_id = $1
+		AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.tenant_id = h.tenant_id AND x.instance_id = h.instance_id AND x.execution_id = h.execution_id))
+	+ (SELECT count(*) FROM instances i WHERE i.tenant_id = $1 AND i.execution_count <> (SELECT count(*) FROM executions x WHERE x.tenant_id = i.tenant_id AND x.instance_id = i.instance_id))
+	+ (SELECT count(*) FROM instances i WHERE i.tenant_id = $1 AND i.event_count <> (SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id))`,
+		tenant).Scan(&orphans))
+	require.Zero(e.t, orphans, "orphans or counters out of step in tenant %s", tenant)
+	var counted, stored int64
+	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `SELECT (SELECT COALESCE(sum(n), 0) FROM instance_counts WHERE tenant_id = $1),
+		(SELECT count(*) FROM instances WHERE tenant_id = $1)`, tenant).Scan(&counted, &stored))
+	require.Equal(e.t, stored, counted, "status counters")
+}
+
+// TestRetentionAppliesEveryRule: defaults by status, rules by name that
+// override them field by field, instances' own retention, chains pruned by
+// keep_last and max_age; running trees and sub-orchestrations never go on
+// their own; the preview says exactly what the run then deletes, and the
+// run is recorded in janitor_runs and the audit log.
+func TestRetentionAppliesEveryRule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.generate(datagen.Spec{
+		Tenants: []string{"acme", "bystander"}, InstancesPerTenant: 1200, ExecutionsPerInstance: 3, EventsPerExecution: 2,
+		Completed: 0.5, Failed: 0.2, Cancelled: 0.15, Names: []string{"order", "report", "poll"},
+		Trees: 40, ChildrenPerTree: 3, Seed: 7,
+	})
+	// Some roots keep themselves for one day whatever the policy says; one
+	// old finished tree has a child that still runs.
+	_, err := e.pool.Exec(ctx, `UPDATE instances SET retention = '{"completed":86400000000000,"failed":86400000000000,"cancelled":86400000000000}'
+		WHERE tenant_id = 'acme' AND parent_instance_id IS NULL AND instance_id LIKE '0%'`)
+	require.NoError(t, err)
+	var stuckRoot string
+	require.NoError(t, e.pool.QueryRow(ctx, `UPDATE instances SET status = 'Running', completed_at = NULL
+		WHERE tenant_id = 'acme' AND instance_id = (
+			SELECT c.instance_id FROM instances c JOIN instances r ON r.tenant_id = c.tenant_id AND r.instance_id = c.root_instance_id
+			WHERE c.tenant_id = 'acme' AND c.parent_instance_id IS NOT NULL AND r.status = 'Completed' AND r.retention IS NULL
+			ORDER BY r.completed_at LIMIT 1)
+		RETURNING root_instance_id`).Scan(&stuckRoot))
+	require.NoError(t, e.store.RecountInstances(ctx, "acme"))
+
+	day := 24 * time.Hour
+	policy := store.RetentionPolicy{
+		Default: store.Retention{Completed: new(10 * day), Failed: new(20 * day), Chain: store.ChainRetention{KeepLast: 2}},
+		ByName: map[string]store.Retention{
+			"report": {Completed: new(time.Duration(0)), Cancelled: new(5 * day)},
+			"poll":   {Chain: store.ChainRetention{MaxAge: new(15 * day), KeepLast: 1}},
+		},
+	}
+	e.setPolicy("acme", policy)
+	before := e.rows("acme")
+	want := expectedTrees(before, policy, e.now)
+	require.NotEmpty(t, want)
+	require.NotContains(t, want, stuckRoot, "a tree with a running member is kept")
+	var wantInstances, wantExecutions, wantEvents int64
+	for _, r := range before {
+		if want[r.root] {
+			wantInstances++
+			wantExecutions += r.executions
+			wantEvents += r.events
+		}
+	}
+
+	preview, err := retention.PreviewPolicy(ctx, e.store, "acme", policy, retention.PreviewOptions{Options: retention.Options{Now: e.now, PageSize: 97}})
+	require.NoError(t, err)
+	require.False(t, preview.Truncated)
+	require.Equal(t, wantInstances, preview.Instances)
+	require.Equal(t, wantExecutions+preview.PrunedExecutions, preview.Executions)
+	require.Equal(t, wantEvents+preview.PrunedEvents, preview.Events)
+	require.Positive(t, preview.PrunedExecutions, "chains are pruned")
+	var groupInstances int64
+	for _, g := range preview.Groups {
+		groupInstances += g.Instances
+	}
+	require.Equal(t, preview.Instances, groupInstances)
+
+	bystander := e.rows("bystander")
+	e.start(func(c *janitor.Config) { c.PageSize = 97 })
+	testwait.Until(t, time.Minute, "the retention job", func() bool {
+		recs := e.audit("acme", store.AuditRetention)
+		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
+	})
+	run := e.lastRun("acme")
+	require.True(t, run.Complete, run.Error)
+	require.Empty(t, run.Error)
+
+	after := e.rows("acme")
+	for id, r := range before {
+		_, kept := after[id]
+		require.Equal(t, !want[r.root], kept, "instance %s (root %s, %s %s)", id, r.root, r.name, r.status)
+	}
+	require.Contains(t, after, stuckRoot)
+	require.Equal(t, preview.Instances, run.InstancesDeleted, "the run deletes what the preview said")
+	require.Equal(t, preview.Executions, run.ExecutionsDeleted)
+	require.Equal(t, preview.Events, run.EventsDeleted)
+
+	// Chains: every surviving instance keeps what its rule says.
+	for id, r := range after {
+		rule := policy.For(r.name, r.retention).Chain
+		var past, old int64
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE x.completed_at < $2)
+			FROM executions x JOIN instances i USING (tenant_id, instance_id)
+			WHERE x.tenant_id = 'acme' AND x.instance_id = $1 AND x.execution_id <> i.current_execution_id`, id,
+			e.now.Add(-15*day).UnixMilli()).Scan(&past, &old))
+		switch {
+		case rule.MaxAge != nil: // poll: keep the current one, and past ones younger than 15 days
+			require.Zero(t, old, "instance %s", id)
+		case rule.KeepLast == 2:
+			require.LessOrEqual(t, past, int64(1), "instance %s", id)
+		}
+	}
+	e.requireConsistent("acme")
+	require.Equal(t, bystander, e.rows("bystander"), "another tenant is untouched")
+
+	recs := e.audit("acme", store.AuditRetention)
+	require.Len(t, recs, 1)
+	require.False(t, recs[0].FinishedAt.IsZero())
+	require.Equal(t, store.ActorJanitor, recs[0].Actor)
+	require.Equal(t, store.AuditResult{Instances: run.InstancesDeleted, Executions: run.ExecutionsDeleted, Events: run.EventsDeleted, Complete: true}, recs[0].Result)
+
+	// A second run finds nothing left.
+	again, err := retention.PreviewPolicy(ctx, e.store, "acme", policy, retention.PreviewOptions{Options: retention.Options{Now: e.now}})
+	require.NoError(t, err)
+	require.Zero(t, again.Instances)
+	require.Zero(t, again.Executions)
+}
+
+// TestLargeBacklogDoesNotDelayAnotherTenant: one worker, a tenant with
+// 8,000 expired instances queued first, and a small tenant queued behind
+// it: the big one snoozes at its budget, so the small one finishes while
+// the big one still has work left.
+func TestLargeBacklogDoesNotDelayAnotherTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.generate(datagen.Spec{Tenants: []string{"big"}, InstancesPerTenant: 8000, EventsPerExecution: 1, Completed: 1, Seed: 1})
+	e.generate(datagen.Spec{Tenants: []string{"small"}, InstancesPerTenant: 20, EventsPerExecution: 1, Completed: 1, Seed: 2})
+	now := store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}
+	e.setPolicy("big", now)
+	e.setPolicy("small", now)
+	j := e.start(func(c *janitor.Config) { c.Workers, c.JobBudget, c.PageSize = 1, 200*time.Millisecond, 200 })
+	q := j.Queue()
+	_, err := q.TriggerRetention(t.Context(), "big")
+	require.NoError(t, err)
+	_, err = q.TriggerRetention(t.Context(), "small")
+	require.NoError(t, err)
+
+	testwait.Until(t, time.Minute, "the small tenant's run", func() bool { return e.completeRun("small") != nil })
+	var bigLeft int64
+	require.NoError(t, e.pool.QueryRow(t.Context(), `SELECT count(*) FROM instances WHERE tenant_id = 'big'`).Scan(&bigLeft))
+	require.Positive(t, bigLeft, "the small tenant was served before the big one was done")
+	testwait.Until(t, 2*time.Minute, "the big tenant's job", func() bool {
+		recs := e.audit("big", store.AuditRetention)
+		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
+	})
+	runs, err := e.store.ListJanitorRuns(t.Context(), &store.ListJanitorRunsParams{TenantID: "big", Limit: 1000})
+	require.NoError(t, err)
+	require.Greater(t, len(runs), 1, "the big tenant's job snoozed at its budget")
+	var deleted int64
+	for _, r := range runs {
+		deleted += r.InstancesDeleted
+	}
+	require.Equal(t, int64(8000), deleted)
+	recs := e.audit("big", store.AuditRetention)
+	require.Len(t, recs, 1, "one audit record per job, across its snoozes")
+	require.Equal(t, int64(8000), recs[0].Result.Instances)
+	require.True(t, recs[0].Result.Complete)
+}
+
+// TestJobCutShortResumes: the janitor is stopped in the middle of a job
+// (its context cancelled between batches); nothing is left half deleted,
+// the audit record says the job did not finish, and the next janitor
+// finishes the same job and its record.
+func TestJobCutShortResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.generate(datagen.Spec{Tenants: []string{"acme"}, InstancesPerTenant: 6000, EventsPerExecution: 2, Completed: 1,
+		Trees: 500, ChildrenPerTree: 2, Seed: 3})
+	e.setPolicy("acme", store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}})
+	first := e.start(func(c *janitor.Config) { c.PageSize = 10 })
+	testwait.Until(t, time.Minute, "the first batches", func() bool {
+		recs := e.audit("acme", store.AuditRetention)
+		return len(recs) == 1 && recs[0].Result.Instances > 0
+	})
+	stopCtx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, first.Stop(stopCtx))
+
+	recs := e.audit("acme", store.AuditRetention)
+	require.Len(t, recs, 1)
+	require.True(t, recs[0].FinishedAt.IsZero(), "the record says the job did not finish")
+	require.False(t, recs[0].Result.Complete)
+	cut := recs[0].Result.Instances
+	require.Less(t, cut, int64(6000), "stopped in the middle")
+	var left int64
+	require.NoError(t, e.pool.QueryRow(t.Context(), `SELECT count(*) FROM instances WHERE tenant_id = 'acme'`).Scan(&left))
+	require.Equal(t, int64(6000)-cut, left, "the record counts exactly what went")
+	e.requireConsistent("acme")
+
+	e.start(nil)
+	testwait.Until(t, time.Minute, "the resumed job", func() bool {
+		recs := e.audit("acme", store.AuditRetention)
+		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
+	})
+	recs = e.audit("acme", store.AuditRetention)
+	require.Equal(t, int64(6000), recs[0].Result.Instances)
+	require.True(t, recs[0].Result.Complete)
+	e.requireConsistent("acme")
+}
+
+// TestEraseTenant: every row of the tenant goes, in every table of the
+// schema (read from the catalog, so a new table cannot be forgotten),
+// except one tombstone audit record; other tenants are untouched.
+func TestEraseTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.generate(datagen.Spec{Tenants: []string{"gone", "stays"}, InstancesPerTenant: 3000, ExecutionsPerInstance: 2, EventsPerExecution: 2,
+		Completed: 0.5, Trees: 100, ChildrenPerTree: 2, Tags: map[string][]string{"env": {"prod", "dev"}}, Seed: 4})
+	for _, tenant := range []string{"gone", "stays"} {
+		_, err := e.store.RegisterDefinition(ctx, &store.RegisterDefinitionParams{TenantID: tenant, Name: "d", Version: "1", Document: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		require.NoError(t, e.store.StartAudit(ctx, &store.AuditRecord{TenantID: tenant, RecordID: "r1", Actor: "me", Role: "client", Action: store.AuditDeleteInstance}))
+		_, err = e.store.StartJanitorRun(ctx, &store.StartJanitorRunParams{TenantID: tenant})
+		require.NoError(t, err)
+		_, err = e.store.Enqueue(ctx, &store.EnqueueParams{TenantID: tenant, InstanceID: e.anyInstance(tenant), Message: store.Message{Kind: "k"}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, e.store.CreateOperation(ctx, &store.Operation{TenantID: "gone", OperationID: "op", Kind: store.OperationGracefulDelete,
+		Request: json.RawMessage(`{}`), Deadline: e.now}))
+	stays := e.tenantRows("stays")
+	deleting := store.TenantDeleting
+	_, err := e.store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: "gone", State: &deleting})
+	require.NoError(t, err)
+
+	j := e.start(func(c *janitor.Config) { c.EraseRowsPerStep, c.JobBudget = 2000, 50*time.Millisecond })
+	_, err = j.Queue().EraseTenant(ctx, "gone", 0)
+	require.NoError(t, err)
+	testwait.Until(t, 2*time.Minute, "the erasure", func() bool {
+		recs := e.audit("gone", store.AuditEraseTenant)
+		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
+	})
+	left := e.tenantRows("gone")
+	require.Equal(t, map[string]int64{"audit_records": 1}, left, "only the tombstone is left")
+	tomb := e.audit("gone", "")
+	require.Len(t, tomb, 1)
+	require.Equal(t, store.AuditEraseTenant, tomb[0].Action)
+	require.True(t, tomb[0].Result.Complete)
+	require.Greater(t, tomb[0].Result.Rows, int64(3000*4))
+	require.Equal(t, stays, e.tenantRows("stays"), "another tenant is untouched")
+	_, err = e.store.GetTenant(ctx, &store.GetTenantParams{TenantID: "gone"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func (e *env) anyInstance(tenant string) string {
+	var id string
+	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `SELECT instance_id FROM instances WHERE tenant_id = $1 LIMIT 1`, tenant).Scan(&id))
+	return id
+}
+
+// tenantRows counts a tenant's rows in every table that has a tenant_id
+// column, from the catalog; tables without any are left out.
+func (e *env) tenantRows(tenant string) map[string]int64 {
+	rows, err := e.pool.Query(e.t.Context(), `SELECT table_name FROM information_schema.columns
+		WHERE column_name = 'tenant_id' AND table_schema = current_schema() ORDER BY table_name`)
+	require.NoError(e.t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(e.t, err)
+	require.ElementsMatch(e.t, crdb.TenantTables(), tables, "erasure knows every table with tenant rows")
+	out := map[string]int64{}
+	for _, table := range tables {
+		var n int64
+		require.NoError(e.t, e.pool.QueryRow(e.t.Context(), fmt.Sprintf(`SELECT count(*) FROM %s WHERE tenant_id = $1`, pgx.Identifier{table}.Sanitize()), tenant).Scan(&n))
+		if n > 0 {
+			out[table] = n
+		}
+	}
+	return out
+}
