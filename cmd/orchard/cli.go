@@ -485,7 +485,7 @@ func verb(cmd *cobra.Command) *cobra.Command {
 func clientCommands() []*cobra.Command {
 	cmds := []*cobra.Command{
 		tokenCommand(), definitionCommand(), startCommand(), eventCommand(), cancelCommand(),
-		instanceCommand(), instancesCommand(), tenantCommand(),
+		instanceCommand(), instancesCommand(), tenantCommand(), auditCommand(),
 	}
 	for _, c := range cmds {
 		verb(c)

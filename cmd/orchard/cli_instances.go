@@ -409,16 +409,29 @@ func describeDelete(d sdk.DeleteCounts) string {
 }
 
 func instanceDeleteCommand() *cobra.Command {
-	var force bool
+	var (
+		force, graceful bool
+		timeout         time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a root instance with its whole tree",
 		Long: `delete deletes the root instance ID with its sub-orchestrations, executions,
 history and queued messages, at once. Without --force it refuses (exit 4) when
 an instance of the tree is running; a sub-orchestration is deleted with its
-root, never alone (exit 4).`,
+root, never alone (exit 4).
+
+--graceful cancels the tree first, waits until it has ended (up to
+--timeout), then deletes it: the janitor does it, and the command waits for
+it and prints what went.`,
 		Args: cobra.ExactArgs(1),
 		RunE: run(func(c *cli, cmd *cobra.Command, args []string) error {
+			if graceful {
+				if force {
+					return usageErrorf("--graceful cancels what runs: it does not take --force")
+				}
+				return c.deleteGracefully(cmd.Context(), args[0], timeout)
+			}
 			counts, err := c.client().Delete(cmd.Context(), args[0], force)
 			if err != nil {
 				return err
@@ -431,7 +444,42 @@ root, never alone (exit 4).`,
 		}),
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "delete even when instances of the tree are running")
+	cmd.Flags().BoolVar(&graceful, "graceful", false, "cancel the tree, wait until it ends, then delete it")
+	durationFlag(cmd.Flags(), &timeout, "timeout", "how long --graceful waits for the tree to end (default 60s)")
 	return cmd
+}
+
+// deleteGracefully starts a graceful delete and waits for its operation.
+func (c *cli) deleteGracefully(ctx context.Context, id string, timeout time.Duration) error {
+	cl := c.client()
+	opID, err := cl.DeleteGracefully(ctx, id, timeout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.errOut, "cancelling %s, then deleting it (operation %s)\n", id, opID)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		op, err := cl.Operation(ctx, opID)
+		if err != nil {
+			return err
+		}
+		if op.Done() {
+			if op.State == sdk.OperationFailed {
+				return fmt.Errorf("graceful delete of %s failed: %s", id, op.Error)
+			}
+			if c.json {
+				return c.printJSON(deleteView(op.Counts))
+			}
+			_, err = fmt.Fprintf(c.out, "deleted %s: %s\n", id, describeDelete(op.Counts))
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped waiting; the operation %s goes on: %w", opID, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 type pruneCountsJSON struct {

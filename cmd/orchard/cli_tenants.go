@@ -152,6 +152,7 @@ func tenantCommand() *cobra.Command {
 		},
 		retentionCommand(),
 	)
+	cmd.AddCommand(janitorAdminCommands()...)
 	return cmd
 }
 
@@ -176,7 +177,7 @@ func retentionCommand() *cobra.Command {
 		name                                 string
 		completed, failed, cancelled, maxAge time.Duration
 		keepLast                             int
-		autoPrune, clear                     bool
+		autoPrune, clear, dryRun             bool
 	)
 	set := &cobra.Command{
 		Use:   "set",
@@ -186,7 +187,12 @@ with --name the rule of one orchestration name (which overrides the default
 rule field by field). The flags given change their fields; the rule's other
 fields and the other rules are kept. --clear empties the rule first (alone, it
 removes it). Durations run from an instance's completion; 0 deletes at the
-janitor's next run. The janitor applies the policy at its next run.`,
+janitor's next run. The janitor applies the policy at its next run.
+
+A dash in a name's rule takes the default rule's value when the rule applies.
+
+--dry-run changes nothing: it prints what the changed policy would delete if
+the janitor ran now.`,
 		Example: `  orchard tenant retention set --completed 30d --failed 90d --keep-last 10 --auto-prune
   orchard tenant retention set --name nightly-report --clear --completed 7d`,
 		Args: cobra.NoArgs,
@@ -237,6 +243,14 @@ janitor's next run. The janitor applies the policy at its next run.`,
 					delete(p.ByName, name)
 				}
 			}
+			if dryRun {
+				preview, err := tc.PreviewRetention(ctx, p)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.errOut, "dry run: the policy is unchanged")
+				return c.printPreview(preview)
+			}
 			if p, err = tc.SetRetentionPolicy(ctx, *p); err != nil {
 				return err
 			}
@@ -252,7 +266,8 @@ janitor's next run. The janitor applies the policy at its next run.`,
 	durationFlag(f, &maxAge, "max-age", "prune past executions that ended longer ago than this")
 	f.BoolVar(&autoPrune, "auto-prune", false, "prune at each continue-as-new (needs --keep-last)")
 	f.BoolVar(&clear, "clear", false, "empty the rule before applying the other flags")
-	cmd.AddCommand(get, set)
+	f.BoolVar(&dryRun, "dry-run", false, "change nothing: print what the changed policy would delete now")
+	cmd.AddCommand(get, set, retentionPreviewCommand())
 	return cmd
 }
 

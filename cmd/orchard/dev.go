@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/orchardhq/orchard/internal/telemetry"
@@ -24,6 +25,7 @@ import (
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/console"
 	"github.com/orchardhq/orchard/services/dispatcher"
+	"github.com/orchardhq/orchard/services/janitor"
 )
 
 // The dev server's token issuer and audience.
@@ -38,6 +40,7 @@ func devCommand() *cobra.Command {
 		dir, addr, opsAddr string
 		port, loops        int
 		fresh, demo        bool
+		janitorInterval    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -45,13 +48,15 @@ func devCommand() *cobra.Command {
 		Long: `dev starts an embedded database (a cockroach binary on PATH as a single
 in-memory node; otherwise a PostgreSQL cluster from the machine's binaries,
 kept in --dir so data survives a restart; --fresh wipes it), migrates it,
-creates the demo tenant, and runs the API and the dispatchers in this
-process. It prints tokens for the demo tenant (also written to --dir/tokens)
+creates the demo tenant, and runs the API, the dispatchers and the janitor
+(River's tables in the same PostgreSQL database) in this process. It prints tokens for the demo tenant (also written to --dir/tokens)
 and a curl line that works. With --demo it also registers the example
 definitions, runs workers for their activities and starts one orchestration
 of each. Ctrl-C stops everything, the database included.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{dir: dir, addr: addr, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo})
+			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
+				dir: dir, addr: addr, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo, janitorInterval: janitorInterval,
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -61,6 +66,7 @@ of each. Ctrl-C stops everything, the database included.`,
 	f.IntVar(&port, "db-port", 0, "port of the embedded database (0: a free one)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")
 	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")
+	f.DurationVar(&janitorInterval, "janitor-interval", time.Minute, "how often the janitor queues retention runs")
 	f.BoolVar(&demo, "demo", false, "register the example definitions, run demo workers and start a few orchestrations")
 	return cmd
 }
@@ -69,6 +75,7 @@ type devOptions struct {
 	dir, addr, opsAddr string
 	port, loops        int
 	fresh, demo        bool
+	janitorInterval    time.Duration
 }
 
 func runDev(ctx context.Context, out io.Writer, o devOptions) error {
@@ -131,10 +138,18 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	cons := devConsole(minter)
-	apiSrv, err := api.New(api.Config{
+	jan, err := devJanitor(ctx, out, tel, pool, st, o.janitorInterval)
+	if err != nil {
+		return err
+	}
+	apiCfg := api.Config{
 		Store: st, Verifier: verifier, Minter: minter, Addr: o.addr, TokenKey: deriveKey(secret, "api-tokens"),
-		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
-	})
+		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
+	}
+	if jan != nil {
+		apiCfg.Janitor = jan.Queue()
+	}
+	apiSrv, err := api.New(apiCfg)
 	if err != nil {
 		return err
 	}
@@ -152,6 +167,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err := disp.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
+	if jan != nil {
+		if err := jan.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
 	// Stopped before the pool closes, whichever way this returns.
 	var stopOnce sync.Once
 	var stopErr error
@@ -160,6 +180,9 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			stopErr = errors.Join(apiSrv.Stop(stopCtx), disp.Stop(stopCtx))
+			if jan != nil {
+				stopErr = errors.Join(stopErr, jan.Stop(stopCtx))
+			}
 		})
 		return stopErr
 	}
@@ -296,4 +319,28 @@ func devTokens(m *tenancy.Minter, dir string) ([]devToken, error) {
 		out = append(out, devToken{k.name, tok})
 	}
 	return out, nil
+}
+
+// devJanitor migrates River's tables into the embedded database and builds
+// the janitor; on CockroachDB, which River does not support, there is none
+// (retention does not run, and the API says so).
+func devJanitor(ctx context.Context, out io.Writer, tel *telemetry.Telemetry, pool *pgxpool.Pool, st *crdb.Store, interval time.Duration) (*janitor.Janitor, error) {
+	cockroach, err := schema.IsCockroach(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	if cockroach {
+		fmt.Fprintln(out, "janitor: off (River needs PostgreSQL)")
+		return nil, nil
+	}
+	if _, err := janitor.Migrate(ctx, pool, ""); err != nil {
+		return nil, err
+	}
+	metrics, err := janitor.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return janitor.New(janitor.Config{
+		Store: st, RiverPool: pool, Interval: interval, Metrics: metrics, TracerProvider: tel.TracerProvider,
+	})
 }

@@ -41,7 +41,7 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	addClientFlags(root.PersistentFlags())
-	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand())
+	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand())
 	root.AddCommand(clientCommands()...)
 	return root
 }

@@ -1,17 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/orchardhq/orchard/schema"
+	"github.com/orchardhq/orchard/services/janitor"
 )
 
 func migrateCommand() *cobra.Command {
-	var url string
+	var url, riverURL string
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema migrations to the database at ORCHARD_DATABASE_URL",
@@ -34,9 +38,40 @@ func migrateCommand() *cobra.Command {
 			for _, v := range applied {
 				fmt.Fprintln(cmd.OutOrStdout(), "applied", v)
 			}
-			return nil
+			return migrateRiver(cmd.Context(), cmd.OutOrStdout(), conn, url, riverURL)
 		},
 	}
 	cmd.Flags().StringVar(&url, "database-url", os.Getenv("ORCHARD_DATABASE_URL"), "database URL (env ORCHARD_DATABASE_URL)")
+	cmd.Flags().StringVar(&riverURL, "river-database-url", os.Getenv("ORCHARD_RIVER_DATABASE_URL"),
+		"PostgreSQL URL of the janitor's River tables (env ORCHARD_RIVER_DATABASE_URL; empty: the main database, when it is PostgreSQL)")
 	return cmd
+}
+
+// migrateRiver creates or upgrades the janitor's River tables: in the
+// River database, or in the main one when that is PostgreSQL. On
+// CockroachDB without a River database there is nothing to do here (the
+// janitor refuses to start until one is set).
+func migrateRiver(ctx context.Context, out io.Writer, conn *pgx.Conn, url, riverURL string) error {
+	if riverURL == "" {
+		cockroach, err := schema.IsCockroach(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if cockroach {
+			fmt.Fprintln(out, "river: skipped (CockroachDB; set ORCHARD_RIVER_DATABASE_URL to a PostgreSQL database for the janitor)")
+			return nil
+		}
+		riverURL = url
+	}
+	pool, err := pgxpool.New(ctx, riverURL)
+	if err != nil {
+		return fmt.Errorf("river database: %w", err)
+	}
+	defer pool.Close()
+	n, err := janitor.Migrate(ctx, pool, "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "river: %d new migrations\n", n)
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -107,7 +108,10 @@ type system struct {
 	handler http.Handler
 }
 
-func newSystem(t *testing.T) *system {
+// systemOption adds to a system before its API starts.
+type systemOption func(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *api.Config)
+
+func newSystem(t *testing.T, opts ...systemOption) *system {
 	t.Helper()
 	pool := testdb.Pool(t, 20)
 	st := crdb.New(pool, crdb.Options{Logger: quiet()})
@@ -119,7 +123,11 @@ func newSystem(t *testing.T) *system {
 		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
 	})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond})
+	cfg := api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond}
+	for _, o := range opts {
+		o(t, pool, st, &cfg)
+	}
+	a, err := api.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

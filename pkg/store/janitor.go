@@ -101,9 +101,9 @@ type TreeSummary struct {
 
 // ListChainCandidatesParams pages through instances with past executions.
 type ListChainCandidatesParams struct {
-	TenantID     string
-	AfterID      string
-	Limit        int
+	TenantID string
+	AfterID  string
+	Limit    int
 }
 
 // ChainCandidate is an instance whose past executions a prune may take.
@@ -135,13 +135,13 @@ const (
 
 // Audit actions.
 const (
-	AuditDeleteInstance   = "delete_instance"
-	AuditDeleteInstances  = "delete_instances"
-	AuditPruneExecutions  = "prune_executions"
-	AuditPruneBulk        = "prune_executions_bulk"
-	AuditRetention        = "retention"
-	AuditEraseTenant      = "erase_tenant"
-	AuditGracefulDelete   = "graceful_delete"
+	AuditDeleteInstance  = "delete_instance"
+	AuditDeleteInstances = "delete_instances"
+	AuditPruneExecutions = "prune_executions"
+	AuditPruneBulk       = "prune_executions_bulk"
+	AuditRetention       = "retention"
+	AuditEraseTenant     = "erase_tenant"
+	AuditGracefulDelete  = "graceful_delete"
 )
 
 // AuditRecord says who deleted or pruned what, when, and how it ended.

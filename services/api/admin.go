@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -209,10 +208,4 @@ func (a *adminService) ListJanitorRuns(ctx context.Context, req *connect.Request
 		}
 	}
 	return connect.NewResponse(resp), nil
-}
-
-// TriggerRetention needs the janitor, which does not exist yet.
-func (a *adminService) TriggerRetention(context.Context, *connect.Request[orchardv1.TriggerRetentionRequest]) (*connect.Response[orchardv1.TriggerRetentionResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented,
-		fmt.Errorf("retention runs are not available yet: the janitor service is not deployed"))
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/orchardhq/orchard/services/api"
 )
 
-// TestAdminService: tenants, tokens, usage across tenants, janitor runs and
-// the retention trigger (Unimplemented until the janitor exists).
+// TestAdminService: tenants, tokens, usage across tenants, janitor runs, and
+// the janitor's calls on a server without its queue (Unavailable).
 func TestAdminService(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -93,7 +93,9 @@ func TestAdminService(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, runs.Msg.Runs)
 	_, err = p.admin.TriggerRetention(ctx, req(&orchardv1.TriggerRetentionRequest{}))
-	requireCode(t, err, connect.CodeUnimplemented, "janitor")
+	requireCode(t, err, connect.CodeUnavailable, "janitor")
+	_, err = p.admin.EraseTenant(ctx, req(&orchardv1.EraseTenantRequest{TenantId: "t3", ConfirmTenantId: "t2"}))
+	requireCode(t, err, connect.CodeInvalidArgument, "confirm")
 
 	// Without a signing key, MintToken is Unimplemented.
 	e2 := newEnv(t, func(c *api.Config) { c.Minter = nil })
@@ -122,10 +124,11 @@ func TestTenantAndDefinitionServices(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, set.Msg.Policy.DefaultRule.Completed.AsDuration())
 	require.Equal(t, time.Duration(0), set.Msg.Policy.DefaultRule.Failed.AsDuration())
-	// A rule by name overrides the default field by field.
+	// A rule by name is kept as given: its unset fields take the default
+	// rule's values when it applies, whatever the default says then.
 	loop := set.Msg.Policy.RulesByName["loop"]
 	require.Equal(t, int32(3), loop.ContinueAsNew.GetKeepLast())
-	require.Equal(t, 24*time.Hour, loop.Completed.AsDuration())
+	require.Nil(t, loop.Completed)
 	pol, err = c.tenant.GetRetentionPolicy(ctx, req(&orchardv1.GetRetentionPolicyRequest{}))
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, pol.Msg.Policy.DefaultRule.Completed.AsDuration())

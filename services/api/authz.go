@@ -41,6 +41,7 @@ var accessRules = map[string]access{
 	orchardv1connect.ClientServiceDeleteInstancesProcedure:     {roles: clientRole},
 	orchardv1connect.ClientServicePruneExecutionsProcedure:     {roles: clientRole},
 	orchardv1connect.ClientServicePruneExecutionsBulkProcedure: {roles: clientRole},
+	orchardv1connect.ClientServiceGetOperationProcedure:        {roles: clientRole},
 
 	orchardv1connect.WorkerServicePollActivityTaskProcedure:      {roles: workerRole},
 	orchardv1connect.WorkerServiceHeartbeatActivityTaskProcedure: {roles: workerRole},
@@ -58,6 +59,8 @@ var accessRules = map[string]access{
 	orchardv1connect.TenantServiceSetRetentionPolicyProcedure: {roles: adminRole},
 	orchardv1connect.TenantServiceGetLimitsProcedure:          {roles: adminRole, read: true},
 	orchardv1connect.TenantServiceGetUsageProcedure:           {roles: adminRole, read: true},
+	orchardv1connect.TenantServicePreviewRetentionProcedure:   {roles: adminRole, read: true},
+	orchardv1connect.TenantServiceListAuditRecordsProcedure:   {roles: adminRole, read: true},
 
 	orchardv1connect.AdminServiceCreateTenantProcedure:     {roles: platformRole, platform: true},
 	orchardv1connect.AdminServiceGetTenantProcedure:        {roles: platformRole, platform: true},
@@ -67,4 +70,6 @@ var accessRules = map[string]access{
 	orchardv1connect.AdminServiceGetUsageProcedure:         {roles: platformRole, platform: true},
 	orchardv1connect.AdminServiceListJanitorRunsProcedure:  {roles: platformRole, platform: true},
 	orchardv1connect.AdminServiceTriggerRetentionProcedure: {roles: platformRole, platform: true},
+	orchardv1connect.AdminServiceListAuditRecordsProcedure: {roles: platformRole, platform: true},
+	orchardv1connect.AdminServiceEraseTenantProcedure:      {roles: platformRole, platform: true},
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -311,14 +312,36 @@ func (c *clientService) GetInstanceTree(ctx context.Context, req *connect.Reques
 }
 
 func (c *clientService) DeleteInstance(ctx context.Context, req *connect.Request[orchardv1.DeleteInstanceRequest]) (*connect.Response[orchardv1.DeleteInstanceResponse], error) {
-	res, err := c.s.store.DeleteInstance(ctx, &store.DeleteInstanceParams{
-		TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Force: req.Msg.Force,
+	m := req.Msg
+	if m.Graceful {
+		if m.Force {
+			return nil, fieldError("force", "a graceful delete cancels what runs: it does not take force")
+		}
+		if _, err := c.getInstance(ctx, m.InstanceId); err != nil {
+			return nil, err
+		}
+		op, err := c.startGracefulDelete(ctx, []string{m.InstanceId}, cmp.Or(m.GracefulTimeout.AsDuration(), defaultGracefulTimeout))
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&orchardv1.DeleteInstanceResponse{OperationId: op}), nil
+	}
+	var res *store.DeleteResult
+	err := c.s.audited(ctx, store.AuditDeleteInstance, m, func() (store.AuditResult, error) {
+		var err error
+		res, err = c.s.store.DeleteInstance(ctx, &store.DeleteInstanceParams{
+			TenantID: tenantOf(ctx).TenantID, InstanceID: m.InstanceId, Force: m.Force,
+		})
+		if err != nil {
+			return store.AuditResult{}, err
+		}
+		return deleteAudit(*res, true), nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	if res.InstancesDeleted == 0 {
-		return nil, fmt.Errorf("instance %q: %w", req.Msg.InstanceId, store.ErrNotFound)
+		return nil, fmt.Errorf("instance %q: %w", m.InstanceId, store.ErrNotFound)
 	}
 	return connect.NewResponse(&orchardv1.DeleteInstanceResponse{Counts: deleteCounts(*res)}), nil
 }
@@ -377,8 +400,26 @@ func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Reques
 		// instance_ids and filter.instance_ids have nothing in common.
 		return connect.NewResponse(&orchardv1.DeleteInstancesResponse{Counts: &orchardv1.DeleteCounts{}, Complete: true}), nil
 	}
-	res, err := c.s.store.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
-		TenantID: tenantOf(ctx).TenantID, Filter: filter, Limit: int(m.Limit),
+	if m.Graceful {
+		if m.Filter != nil || m.CompletedBefore != nil || len(m.InstanceIds) == 0 {
+			return nil, fieldError("graceful", "a graceful delete takes instance_ids only (no filter, no completed_before): list the instances first")
+		}
+		op, err := c.startGracefulDelete(ctx, m.InstanceIds, cmp.Or(m.GracefulTimeout.AsDuration(), defaultGracefulTimeout))
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&orchardv1.DeleteInstancesResponse{Counts: &orchardv1.DeleteCounts{}, OperationId: op}), nil
+	}
+	var res *store.BulkDeleteResult
+	err := c.s.audited(ctx, store.AuditDeleteInstances, m, func() (store.AuditResult, error) {
+		var err error
+		res, err = c.s.store.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
+			TenantID: tenantOf(ctx).TenantID, Filter: filter, Limit: int(m.Limit),
+		})
+		if res == nil {
+			return store.AuditResult{}, err
+		}
+		return deleteAudit(res.DeleteResult, res.Complete), err
 	})
 	if err != nil {
 		return nil, err
@@ -391,8 +432,16 @@ func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Reques
 }
 
 func (c *clientService) PruneExecutions(ctx context.Context, req *connect.Request[orchardv1.PruneExecutionsRequest]) (*connect.Response[orchardv1.PruneExecutionsResponse], error) {
-	res, err := c.s.store.PruneExecutions(ctx, &store.PruneExecutionsParams{
-		TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Options: pruneOptions(req.Msg.Options),
+	var res *store.PruneResult
+	err := c.s.audited(ctx, store.AuditPruneExecutions, req.Msg, func() (store.AuditResult, error) {
+		var err error
+		res, err = c.s.store.PruneExecutions(ctx, &store.PruneExecutionsParams{
+			TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Options: pruneOptions(req.Msg.Options),
+		})
+		if res == nil {
+			return store.AuditResult{}, err
+		}
+		return pruneAudit(*res, err == nil), err
 	})
 	if err != nil {
 		return nil, err
@@ -406,8 +455,16 @@ func (c *clientService) PruneExecutionsBulk(ctx context.Context, req *connect.Re
 	if err := requireAll(filter.Empty(), m.All, "every instance"); err != nil {
 		return nil, err
 	}
-	res, err := c.s.store.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
-		TenantID: tenantOf(ctx).TenantID, Filter: filter, Options: pruneOptions(m.Options), Limit: int(m.Limit),
+	var res *store.BulkPruneResult
+	err := c.s.audited(ctx, store.AuditPruneBulk, m, func() (store.AuditResult, error) {
+		var err error
+		res, err = c.s.store.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
+			TenantID: tenantOf(ctx).TenantID, Filter: filter, Options: pruneOptions(m.Options), Limit: int(m.Limit),
+		})
+		if res == nil {
+			return store.AuditResult{}, err
+		}
+		return pruneAudit(res.PruneResult, res.Complete), err
 	})
 	if err != nil {
 		return nil, err

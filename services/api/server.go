@@ -30,6 +30,7 @@ import (
 type Store interface {
 	store.Store
 	store.Usage
+	store.Janitor
 }
 
 // Config configures a Server. Zero fields take the defaults.
@@ -66,6 +67,12 @@ type Config struct {
 	// HTTP server's (defaults 5s, 30s, 90s, 120s). WriteTimeout must exceed
 	// the longest long poll (60s).
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Janitor queues work for the janitor (retention runs, erasures,
+	// graceful deletes); nil: those calls answer Unavailable.
+	Janitor JanitorQueue
+	// EraseGrace is how long a tenant's erasure waits after its suspension
+	// (default EraseGrace).
+	EraseGrace time.Duration
 	// MinPoll and MaxPoll bound the store polling of the long polls
 	// (WaitForCompletion, PollActivityTask): the wait doubles from MinPoll
 	// to MaxPoll (defaults 5ms and 250ms).
@@ -97,6 +104,7 @@ func (c *Config) withDefaults() error {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
 	}
 	c.TenantCacheTTL = cmp.Or(c.TenantCacheTTL, 2*time.Second)
+	c.EraseGrace = cmp.Or(c.EraseGrace, EraseGrace)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 4<<20)
 	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, 5*time.Second)
 	c.ReadTimeout = cmp.Or(c.ReadTimeout, 30*time.Second)

@@ -65,10 +65,6 @@ type Config struct {
 	PageSize int
 	// Workers bounds the jobs worked at once by this process (4).
 	Workers int
-	// EraseGrace is how long an erasure waits after the tenant is
-	// suspended before deleting, so that calls and turns admitted before
-	// the suspension have ended (1 minute).
-	EraseGrace time.Duration
 	// EraseRowsPerStep bounds the rows one erasure step deletes (10000).
 	EraseRowsPerStep int
 	// AuditRetention is how long audit records are kept (90 days); an
@@ -99,7 +95,6 @@ func (c *Config) defaults() error {
 	c.JobBudget = cmp.Or(c.JobBudget, 30*time.Second)
 	c.PageSize = cmp.Or(c.PageSize, retention.DefaultPageSize)
 	c.Workers = cmp.Or(c.Workers, 4)
-	c.EraseGrace = cmp.Or(c.EraseGrace, time.Minute)
 	c.EraseRowsPerStep = cmp.Or(c.EraseRowsPerStep, 10_000)
 	c.AuditRetention = cmp.Or(c.AuditRetention, 90*24*time.Hour)
 	c.OperationPoll = cmp.Or(c.OperationPoll, 500*time.Millisecond)
@@ -113,7 +108,7 @@ func (c *Config) defaults() error {
 	if c.TracerProvider == nil {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
-	if c.Interval < time.Second || c.JobBudget < 0 || c.PageSize < 0 || c.Workers < 0 || c.EraseRowsPerStep < 0 || c.EraseGrace < 0 {
+	if c.Interval < time.Second || c.JobBudget < 0 || c.PageSize < 0 || c.Workers < 0 || c.EraseRowsPerStep < 0 {
 		return errors.New("janitor: interval must be at least 1s, and budgets and sizes not negative")
 	}
 	return nil
@@ -203,35 +198,30 @@ func NewQueue(pool *pgxpool.Pool, schema string) (*Queue, error) {
 	return &Queue{client: client}, nil
 }
 
-// Queued is a job the queue holds.
-type Queued struct {
-	JobID int64
-	// Duplicate is true when an equal job was already queued: JobID is
-	// that job's.
-	Duplicate bool
-}
-
-func (q *Queue) insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (Queued, error) {
+func (q *Queue) insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (jobID int64, duplicate bool, err error) {
 	res, err := q.client.Insert(ctx, args, opts)
 	if err != nil {
-		return Queued{}, fmt.Errorf("janitor queue: %w", err)
+		return 0, false, fmt.Errorf("janitor queue: %w", err)
 	}
-	return Queued{JobID: res.Job.ID, Duplicate: res.UniqueSkippedAsDuplicate}, nil
+	return res.Job.ID, res.UniqueSkippedAsDuplicate, nil
 }
 
-// TriggerRetention queues a retention run of a tenant now.
-func (q *Queue) TriggerRetention(ctx context.Context, tenantID string) (Queued, error) {
+// TriggerRetention queues a retention run of a tenant now. Duplicate is
+// true when one was queued already: jobID is that one's.
+func (q *Queue) TriggerRetention(ctx context.Context, tenantID string) (jobID int64, duplicate bool, err error) {
 	return q.insert(ctx, retentionArgs{TenantID: tenantID, Triggered: true}, nil)
 }
 
 // EraseTenant queues the erasure of a tenant, to start after a grace.
-func (q *Queue) EraseTenant(ctx context.Context, tenantID string, after time.Duration) (Queued, error) {
-	return q.insert(ctx, eraseArgs{TenantID: tenantID}, &river.InsertOpts{ScheduledAt: time.Now().Add(after)})
+func (q *Queue) EraseTenant(ctx context.Context, tenantID string, after time.Duration) (int64, error) {
+	id, _, err := q.insert(ctx, eraseArgs{TenantID: tenantID}, &river.InsertOpts{ScheduledAt: time.Now().Add(after)})
+	return id, err
 }
 
 // RunOperation queues an operation the store holds.
-func (q *Queue) RunOperation(ctx context.Context, tenantID, operationID string) (Queued, error) {
-	return q.insert(ctx, operationArgs{TenantID: tenantID, OperationID: operationID}, nil)
+func (q *Queue) RunOperation(ctx context.Context, tenantID, operationID string) error {
+	_, _, err := q.insert(ctx, operationArgs{TenantID: tenantID, OperationID: operationID}, nil)
+	return err
 }
 
 // unique makes a job unique among the queued, running and snoozed ones

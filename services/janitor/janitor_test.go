@@ -52,7 +52,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) start(cfg func(*janitor.Config)) *janitor.Janitor {
 	c := janitor.Config{
 		Store: e.store, RiverPool: e.pool, Interval: time.Hour, Clock: fixedClock(e.now),
-		RetryPolicy: retryNow{}, EraseGrace: time.Nanosecond, PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
+		RetryPolicy: retryNow{}, PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
 	}
 	if cfg != nil {
 		cfg(&c)
@@ -309,9 +309,9 @@ func TestLargeBacklogDoesNotDelayAnotherTenant(t *testing.T) {
 	e.setPolicy("small", now)
 	j := e.start(func(c *janitor.Config) { c.Workers, c.JobBudget, c.PageSize = 1, 200*time.Millisecond, 200 })
 	q := j.Queue()
-	_, err := q.TriggerRetention(t.Context(), "big")
+	_, _, err := q.TriggerRetention(t.Context(), "big")
 	require.NoError(t, err)
-	_, err = q.TriggerRetention(t.Context(), "small")
+	_, _, err = q.TriggerRetention(t.Context(), "small")
 	require.NoError(t, err)
 
 	testwait.Until(t, time.Minute, "the small tenant's run", func() bool { return e.completeRun("small") != nil })

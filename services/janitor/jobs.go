@@ -41,7 +41,7 @@ func (j *Janitor) sweep(ctx context.Context, job *river.Job[sweepArgs]) error {
 			case t.State == store.TenantDeleting:
 				_, err = q.EraseTenant(ctx, t.TenantID, 0)
 			case t.State == store.TenantActive && !t.Retention.IsZero():
-				_, err = q.insert(ctx, retentionArgs{TenantID: t.TenantID}, nil)
+				_, _, err = q.insert(ctx, retentionArgs{TenantID: t.TenantID}, nil)
 			default:
 				continue
 			}
@@ -60,7 +60,7 @@ func (j *Janitor) sweep(ctx context.Context, job *river.Job[sweepArgs]) error {
 		return err
 	}
 	for _, op := range ops {
-		if _, err := q.RunOperation(ctx, op.TenantID, op.OperationID); err != nil {
+		if err := q.RunOperation(ctx, op.TenantID, op.OperationID); err != nil {
 			return err
 		}
 	}

@@ -1262,7 +1262,10 @@ type TriggerRetentionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many tenant runs were queued (a tenant whose run is already queued
 	// is not queued twice).
-	RunsQueued    int64 `protobuf:"varint,1,opt,name=runs_queued,json=runsQueued,proto3" json:"runs_queued,omitempty"`
+	RunsQueued int64 `protobuf:"varint,1,opt,name=runs_queued,json=runsQueued,proto3" json:"runs_queued,omitempty"`
+	// The janitor's jobs, one per tenant: the new ones and those already
+	// queued.
+	JobIds        []int64 `protobuf:"varint,2,rep,packed,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1300,6 +1303,233 @@ func (*TriggerRetentionResponse) Descriptor() ([]byte, []int) {
 func (x *TriggerRetentionResponse) GetRunsQueued() int64 {
 	if x != nil {
 		return x.RunsQueued
+	}
+	return 0
+}
+
+func (x *TriggerRetentionResponse) GetJobIds() []int64 {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+// AdminServiceListAuditRecordsRequest asks for a page of the audit log.
+type AdminServiceListAuditRecordsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this tenant's records; empty: every tenant's.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The tenant's filters and page.
+	Page          *ListAuditRecordsRequest `protobuf:"bytes,2,opt,name=page,proto3" json:"page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdminServiceListAuditRecordsRequest) Reset() {
+	*x = AdminServiceListAuditRecordsRequest{}
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminServiceListAuditRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminServiceListAuditRecordsRequest) ProtoMessage() {}
+
+func (x *AdminServiceListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminServiceListAuditRecordsRequest.ProtoReflect.Descriptor instead.
+func (*AdminServiceListAuditRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_admin_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AdminServiceListAuditRecordsRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *AdminServiceListAuditRecordsRequest) GetPage() *ListAuditRecordsRequest {
+	if x != nil {
+		return x.Page
+	}
+	return nil
+}
+
+// AdminServiceListAuditRecordsResponse is a page of audit records.
+type AdminServiceListAuditRecordsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records, newest first.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// The token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdminServiceListAuditRecordsResponse) Reset() {
+	*x = AdminServiceListAuditRecordsResponse{}
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminServiceListAuditRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminServiceListAuditRecordsResponse) ProtoMessage() {}
+
+func (x *AdminServiceListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminServiceListAuditRecordsResponse.ProtoReflect.Descriptor instead.
+func (*AdminServiceListAuditRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_admin_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *AdminServiceListAuditRecordsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *AdminServiceListAuditRecordsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// EraseTenantRequest names the tenant to erase, twice.
+type EraseTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant to erase.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The same id again: an erasure cannot be undone.
+	ConfirmTenantId string `protobuf:"bytes,2,opt,name=confirm_tenant_id,json=confirmTenantId,proto3" json:"confirm_tenant_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *EraseTenantRequest) Reset() {
+	*x = EraseTenantRequest{}
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseTenantRequest) ProtoMessage() {}
+
+func (x *EraseTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseTenantRequest.ProtoReflect.Descriptor instead.
+func (*EraseTenantRequest) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_admin_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *EraseTenantRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *EraseTenantRequest) GetConfirmTenantId() string {
+	if x != nil {
+		return x.ConfirmTenantId
+	}
+	return ""
+}
+
+// EraseTenantResponse tells what was started.
+type EraseTenantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant, now DELETING.
+	Tenant *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The janitor's erasure job.
+	JobId         int64 `protobuf:"varint,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EraseTenantResponse) Reset() {
+	*x = EraseTenantResponse{}
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EraseTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EraseTenantResponse) ProtoMessage() {}
+
+func (x *EraseTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_admin_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EraseTenantResponse.ProtoReflect.Descriptor instead.
+func (*EraseTenantResponse) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_admin_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *EraseTenantResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+func (x *EraseTenantResponse) GetJobId() int64 {
+	if x != nil {
+		return x.JobId
 	}
 	return 0
 }
@@ -1390,10 +1620,24 @@ const file_orchard_v1_admin_service_proto_rawDesc = "" +
 	"\x04runs\x18\x01 \x03(\v2\x16.orchard.v1.JanitorRunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Y\n" +
 	"\x17TriggerRetentionRequest\x12>\n" +
-	"\ttenant_id\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\btenantId\";\n" +
+	"\ttenant_id\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\btenantId\"T\n" +
 	"\x18TriggerRetentionResponse\x12\x1f\n" +
 	"\vruns_queued\x18\x01 \x01(\x03R\n" +
-	"runsQueued*{\n" +
+	"runsQueued\x12\x17\n" +
+	"\ajob_ids\x18\x02 \x03(\x03R\x06jobIds\"\x9e\x01\n" +
+	"#AdminServiceListAuditRecordsRequest\x12>\n" +
+	"\ttenant_id\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\btenantId\x127\n" +
+	"\x04page\x18\x02 \x01(\v2#.orchard.v1.ListAuditRecordsRequestR\x04page\"\x81\x01\n" +
+	"$AdminServiceListAuditRecordsResponse\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.orchard.v1.AuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xef\x01\n" +
+	"\x12EraseTenantRequest\x12=\n" +
+	"\ttenant_id\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\btenantId\x12*\n" +
+	"\x11confirm_tenant_id\x18\x02 \x01(\tR\x0fconfirmTenantId:n\xbaHk\x1ai\n" +
+	"\x14erase_tenant.confirm\x12'confirm_tenant_id must repeat tenant_id\x1a(this.confirm_tenant_id == this.tenant_id\"X\n" +
+	"\x13EraseTenantResponse\x12*\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x12.orchard.v1.TenantR\x06tenant\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\x03R\x05jobId*{\n" +
 	"\vTenantState\x12\x1c\n" +
 	"\x18TENANT_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TENANT_STATE_ACTIVE\x10\x01\x12\x1a\n" +
@@ -1404,7 +1648,7 @@ const file_orchard_v1_admin_service_proto_rawDesc = "" +
 	"\vROLE_CLIENT\x10\x01\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x02\x12\x15\n" +
 	"\x11ROLE_TENANT_ADMIN\x10\x03\x12\x17\n" +
-	"\x13ROLE_PLATFORM_ADMIN\x10\x042\xb2\x05\n" +
+	"\x13ROLE_PLATFORM_ADMIN\x10\x042\xf9\x06\n" +
 	"\fAdminService\x12Q\n" +
 	"\fCreateTenant\x12\x1f.orchard.v1.CreateTenantRequest\x1a .orchard.v1.CreateTenantResponse\x12H\n" +
 	"\tGetTenant\x12\x1c.orchard.v1.GetTenantRequest\x1a\x1d.orchard.v1.GetTenantResponse\x12N\n" +
@@ -1413,7 +1657,9 @@ const file_orchard_v1_admin_service_proto_rawDesc = "" +
 	"\tMintToken\x12\x1c.orchard.v1.MintTokenRequest\x1a\x1d.orchard.v1.MintTokenResponse\x12]\n" +
 	"\bGetUsage\x12'.orchard.v1.AdminServiceGetUsageRequest\x1a(.orchard.v1.AdminServiceGetUsageResponse\x12Z\n" +
 	"\x0fListJanitorRuns\x12\".orchard.v1.ListJanitorRunsRequest\x1a#.orchard.v1.ListJanitorRunsResponse\x12]\n" +
-	"\x10TriggerRetention\x12#.orchard.v1.TriggerRetentionRequest\x1a$.orchard.v1.TriggerRetentionResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
+	"\x10TriggerRetention\x12#.orchard.v1.TriggerRetentionRequest\x1a$.orchard.v1.TriggerRetentionResponse\x12u\n" +
+	"\x10ListAuditRecords\x12/.orchard.v1.AdminServiceListAuditRecordsRequest\x1a0.orchard.v1.AdminServiceListAuditRecordsResponse\x12N\n" +
+	"\vEraseTenant\x12\x1e.orchard.v1.EraseTenantRequest\x1a\x1f.orchard.v1.EraseTenantResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
 
 var (
 	file_orchard_v1_admin_service_proto_rawDescOnce sync.Once
@@ -1428,78 +1674,91 @@ func file_orchard_v1_admin_service_proto_rawDescGZIP() []byte {
 }
 
 var file_orchard_v1_admin_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orchard_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_orchard_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_orchard_v1_admin_service_proto_goTypes = []any{
-	(TenantState)(0),                     // 0: orchard.v1.TenantState
-	(Role)(0),                            // 1: orchard.v1.Role
-	(*Tenant)(nil),                       // 2: orchard.v1.Tenant
-	(*TenantUsage)(nil),                  // 3: orchard.v1.TenantUsage
-	(*JanitorRun)(nil),                   // 4: orchard.v1.JanitorRun
-	(*CreateTenantRequest)(nil),          // 5: orchard.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),         // 6: orchard.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),             // 7: orchard.v1.GetTenantRequest
-	(*GetTenantResponse)(nil),            // 8: orchard.v1.GetTenantResponse
-	(*ListTenantsRequest)(nil),           // 9: orchard.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 10: orchard.v1.ListTenantsResponse
-	(*UpdateTenantRequest)(nil),          // 11: orchard.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),         // 12: orchard.v1.UpdateTenantResponse
-	(*MintTokenRequest)(nil),             // 13: orchard.v1.MintTokenRequest
-	(*MintTokenResponse)(nil),            // 14: orchard.v1.MintTokenResponse
-	(*AdminServiceGetUsageRequest)(nil),  // 15: orchard.v1.AdminServiceGetUsageRequest
-	(*AdminServiceGetUsageResponse)(nil), // 16: orchard.v1.AdminServiceGetUsageResponse
-	(*ListJanitorRunsRequest)(nil),       // 17: orchard.v1.ListJanitorRunsRequest
-	(*ListJanitorRunsResponse)(nil),      // 18: orchard.v1.ListJanitorRunsResponse
-	(*TriggerRetentionRequest)(nil),      // 19: orchard.v1.TriggerRetentionRequest
-	(*TriggerRetentionResponse)(nil),     // 20: orchard.v1.TriggerRetentionResponse
-	(*Limits)(nil),                       // 21: orchard.v1.Limits
-	(*RetentionPolicy)(nil),              // 22: orchard.v1.RetentionPolicy
-	(*timestamppb.Timestamp)(nil),        // 23: google.protobuf.Timestamp
-	(*Usage)(nil),                        // 24: orchard.v1.Usage
-	(*durationpb.Duration)(nil),          // 25: google.protobuf.Duration
+	(TenantState)(0),                             // 0: orchard.v1.TenantState
+	(Role)(0),                                    // 1: orchard.v1.Role
+	(*Tenant)(nil),                               // 2: orchard.v1.Tenant
+	(*TenantUsage)(nil),                          // 3: orchard.v1.TenantUsage
+	(*JanitorRun)(nil),                           // 4: orchard.v1.JanitorRun
+	(*CreateTenantRequest)(nil),                  // 5: orchard.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),                 // 6: orchard.v1.CreateTenantResponse
+	(*GetTenantRequest)(nil),                     // 7: orchard.v1.GetTenantRequest
+	(*GetTenantResponse)(nil),                    // 8: orchard.v1.GetTenantResponse
+	(*ListTenantsRequest)(nil),                   // 9: orchard.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),                  // 10: orchard.v1.ListTenantsResponse
+	(*UpdateTenantRequest)(nil),                  // 11: orchard.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),                 // 12: orchard.v1.UpdateTenantResponse
+	(*MintTokenRequest)(nil),                     // 13: orchard.v1.MintTokenRequest
+	(*MintTokenResponse)(nil),                    // 14: orchard.v1.MintTokenResponse
+	(*AdminServiceGetUsageRequest)(nil),          // 15: orchard.v1.AdminServiceGetUsageRequest
+	(*AdminServiceGetUsageResponse)(nil),         // 16: orchard.v1.AdminServiceGetUsageResponse
+	(*ListJanitorRunsRequest)(nil),               // 17: orchard.v1.ListJanitorRunsRequest
+	(*ListJanitorRunsResponse)(nil),              // 18: orchard.v1.ListJanitorRunsResponse
+	(*TriggerRetentionRequest)(nil),              // 19: orchard.v1.TriggerRetentionRequest
+	(*TriggerRetentionResponse)(nil),             // 20: orchard.v1.TriggerRetentionResponse
+	(*AdminServiceListAuditRecordsRequest)(nil),  // 21: orchard.v1.AdminServiceListAuditRecordsRequest
+	(*AdminServiceListAuditRecordsResponse)(nil), // 22: orchard.v1.AdminServiceListAuditRecordsResponse
+	(*EraseTenantRequest)(nil),                   // 23: orchard.v1.EraseTenantRequest
+	(*EraseTenantResponse)(nil),                  // 24: orchard.v1.EraseTenantResponse
+	(*Limits)(nil),                               // 25: orchard.v1.Limits
+	(*RetentionPolicy)(nil),                      // 26: orchard.v1.RetentionPolicy
+	(*timestamppb.Timestamp)(nil),                // 27: google.protobuf.Timestamp
+	(*Usage)(nil),                                // 28: orchard.v1.Usage
+	(*durationpb.Duration)(nil),                  // 29: google.protobuf.Duration
+	(*ListAuditRecordsRequest)(nil),              // 30: orchard.v1.ListAuditRecordsRequest
+	(*AuditRecord)(nil),                          // 31: orchard.v1.AuditRecord
 }
 var file_orchard_v1_admin_service_proto_depIdxs = []int32{
 	0,  // 0: orchard.v1.Tenant.state:type_name -> orchard.v1.TenantState
-	21, // 1: orchard.v1.Tenant.limits:type_name -> orchard.v1.Limits
-	22, // 2: orchard.v1.Tenant.retention_policy:type_name -> orchard.v1.RetentionPolicy
-	23, // 3: orchard.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	23, // 4: orchard.v1.Tenant.updated_at:type_name -> google.protobuf.Timestamp
-	24, // 5: orchard.v1.TenantUsage.usage:type_name -> orchard.v1.Usage
-	23, // 6: orchard.v1.JanitorRun.started_at:type_name -> google.protobuf.Timestamp
-	23, // 7: orchard.v1.JanitorRun.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 8: orchard.v1.CreateTenantRequest.limits:type_name -> orchard.v1.Limits
-	22, // 9: orchard.v1.CreateTenantRequest.retention_policy:type_name -> orchard.v1.RetentionPolicy
+	25, // 1: orchard.v1.Tenant.limits:type_name -> orchard.v1.Limits
+	26, // 2: orchard.v1.Tenant.retention_policy:type_name -> orchard.v1.RetentionPolicy
+	27, // 3: orchard.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	27, // 4: orchard.v1.Tenant.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 5: orchard.v1.TenantUsage.usage:type_name -> orchard.v1.Usage
+	27, // 6: orchard.v1.JanitorRun.started_at:type_name -> google.protobuf.Timestamp
+	27, // 7: orchard.v1.JanitorRun.finished_at:type_name -> google.protobuf.Timestamp
+	25, // 8: orchard.v1.CreateTenantRequest.limits:type_name -> orchard.v1.Limits
+	26, // 9: orchard.v1.CreateTenantRequest.retention_policy:type_name -> orchard.v1.RetentionPolicy
 	2,  // 10: orchard.v1.CreateTenantResponse.tenant:type_name -> orchard.v1.Tenant
 	2,  // 11: orchard.v1.GetTenantResponse.tenant:type_name -> orchard.v1.Tenant
 	2,  // 12: orchard.v1.ListTenantsResponse.tenants:type_name -> orchard.v1.Tenant
 	0,  // 13: orchard.v1.UpdateTenantRequest.state:type_name -> orchard.v1.TenantState
-	21, // 14: orchard.v1.UpdateTenantRequest.limits:type_name -> orchard.v1.Limits
+	25, // 14: orchard.v1.UpdateTenantRequest.limits:type_name -> orchard.v1.Limits
 	2,  // 15: orchard.v1.UpdateTenantResponse.tenant:type_name -> orchard.v1.Tenant
 	1,  // 16: orchard.v1.MintTokenRequest.roles:type_name -> orchard.v1.Role
-	25, // 17: orchard.v1.MintTokenRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 18: orchard.v1.MintTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 17: orchard.v1.MintTokenRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 18: orchard.v1.MintTokenResponse.expires_at:type_name -> google.protobuf.Timestamp
 	3,  // 19: orchard.v1.AdminServiceGetUsageResponse.tenants:type_name -> orchard.v1.TenantUsage
 	4,  // 20: orchard.v1.ListJanitorRunsResponse.runs:type_name -> orchard.v1.JanitorRun
-	5,  // 21: orchard.v1.AdminService.CreateTenant:input_type -> orchard.v1.CreateTenantRequest
-	7,  // 22: orchard.v1.AdminService.GetTenant:input_type -> orchard.v1.GetTenantRequest
-	9,  // 23: orchard.v1.AdminService.ListTenants:input_type -> orchard.v1.ListTenantsRequest
-	11, // 24: orchard.v1.AdminService.UpdateTenant:input_type -> orchard.v1.UpdateTenantRequest
-	13, // 25: orchard.v1.AdminService.MintToken:input_type -> orchard.v1.MintTokenRequest
-	15, // 26: orchard.v1.AdminService.GetUsage:input_type -> orchard.v1.AdminServiceGetUsageRequest
-	17, // 27: orchard.v1.AdminService.ListJanitorRuns:input_type -> orchard.v1.ListJanitorRunsRequest
-	19, // 28: orchard.v1.AdminService.TriggerRetention:input_type -> orchard.v1.TriggerRetentionRequest
-	6,  // 29: orchard.v1.AdminService.CreateTenant:output_type -> orchard.v1.CreateTenantResponse
-	8,  // 30: orchard.v1.AdminService.GetTenant:output_type -> orchard.v1.GetTenantResponse
-	10, // 31: orchard.v1.AdminService.ListTenants:output_type -> orchard.v1.ListTenantsResponse
-	12, // 32: orchard.v1.AdminService.UpdateTenant:output_type -> orchard.v1.UpdateTenantResponse
-	14, // 33: orchard.v1.AdminService.MintToken:output_type -> orchard.v1.MintTokenResponse
-	16, // 34: orchard.v1.AdminService.GetUsage:output_type -> orchard.v1.AdminServiceGetUsageResponse
-	18, // 35: orchard.v1.AdminService.ListJanitorRuns:output_type -> orchard.v1.ListJanitorRunsResponse
-	20, // 36: orchard.v1.AdminService.TriggerRetention:output_type -> orchard.v1.TriggerRetentionResponse
-	29, // [29:37] is the sub-list for method output_type
-	21, // [21:29] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	30, // 21: orchard.v1.AdminServiceListAuditRecordsRequest.page:type_name -> orchard.v1.ListAuditRecordsRequest
+	31, // 22: orchard.v1.AdminServiceListAuditRecordsResponse.records:type_name -> orchard.v1.AuditRecord
+	2,  // 23: orchard.v1.EraseTenantResponse.tenant:type_name -> orchard.v1.Tenant
+	5,  // 24: orchard.v1.AdminService.CreateTenant:input_type -> orchard.v1.CreateTenantRequest
+	7,  // 25: orchard.v1.AdminService.GetTenant:input_type -> orchard.v1.GetTenantRequest
+	9,  // 26: orchard.v1.AdminService.ListTenants:input_type -> orchard.v1.ListTenantsRequest
+	11, // 27: orchard.v1.AdminService.UpdateTenant:input_type -> orchard.v1.UpdateTenantRequest
+	13, // 28: orchard.v1.AdminService.MintToken:input_type -> orchard.v1.MintTokenRequest
+	15, // 29: orchard.v1.AdminService.GetUsage:input_type -> orchard.v1.AdminServiceGetUsageRequest
+	17, // 30: orchard.v1.AdminService.ListJanitorRuns:input_type -> orchard.v1.ListJanitorRunsRequest
+	19, // 31: orchard.v1.AdminService.TriggerRetention:input_type -> orchard.v1.TriggerRetentionRequest
+	21, // 32: orchard.v1.AdminService.ListAuditRecords:input_type -> orchard.v1.AdminServiceListAuditRecordsRequest
+	23, // 33: orchard.v1.AdminService.EraseTenant:input_type -> orchard.v1.EraseTenantRequest
+	6,  // 34: orchard.v1.AdminService.CreateTenant:output_type -> orchard.v1.CreateTenantResponse
+	8,  // 35: orchard.v1.AdminService.GetTenant:output_type -> orchard.v1.GetTenantResponse
+	10, // 36: orchard.v1.AdminService.ListTenants:output_type -> orchard.v1.ListTenantsResponse
+	12, // 37: orchard.v1.AdminService.UpdateTenant:output_type -> orchard.v1.UpdateTenantResponse
+	14, // 38: orchard.v1.AdminService.MintToken:output_type -> orchard.v1.MintTokenResponse
+	16, // 39: orchard.v1.AdminService.GetUsage:output_type -> orchard.v1.AdminServiceGetUsageResponse
+	18, // 40: orchard.v1.AdminService.ListJanitorRuns:output_type -> orchard.v1.ListJanitorRunsResponse
+	20, // 41: orchard.v1.AdminService.TriggerRetention:output_type -> orchard.v1.TriggerRetentionResponse
+	22, // 42: orchard.v1.AdminService.ListAuditRecords:output_type -> orchard.v1.AdminServiceListAuditRecordsResponse
+	24, // 43: orchard.v1.AdminService.EraseTenant:output_type -> orchard.v1.EraseTenantResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_orchard_v1_admin_service_proto_init() }
@@ -1514,7 +1773,7 @@ func file_orchard_v1_admin_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orchard_v1_admin_service_proto_rawDesc), len(file_orchard_v1_admin_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

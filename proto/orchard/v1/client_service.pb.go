@@ -24,6 +24,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// OperationState is where an operation is.
+type OperationState int32
+
+const (
+	// Not a state: never returned.
+	OperationState_OPERATION_STATE_UNSPECIFIED OperationState = 0
+	// Queued for the janitor.
+	OperationState_OPERATION_STATE_PENDING OperationState = 1
+	// Cancellation asked; waiting for the instances to end.
+	OperationState_OPERATION_STATE_RUNNING OperationState = 2
+	// Done: counts say what was deleted.
+	OperationState_OPERATION_STATE_SUCCEEDED OperationState = 3
+	// Ended without deleting what it was asked to: error says why.
+	OperationState_OPERATION_STATE_FAILED OperationState = 4
+)
+
+// Enum value maps for OperationState.
+var (
+	OperationState_name = map[int32]string{
+		0: "OPERATION_STATE_UNSPECIFIED",
+		1: "OPERATION_STATE_PENDING",
+		2: "OPERATION_STATE_RUNNING",
+		3: "OPERATION_STATE_SUCCEEDED",
+		4: "OPERATION_STATE_FAILED",
+	}
+	OperationState_value = map[string]int32{
+		"OPERATION_STATE_UNSPECIFIED": 0,
+		"OPERATION_STATE_PENDING":     1,
+		"OPERATION_STATE_RUNNING":     2,
+		"OPERATION_STATE_SUCCEEDED":   3,
+		"OPERATION_STATE_FAILED":      4,
+	}
+)
+
+func (x OperationState) Enum() *OperationState {
+	p := new(OperationState)
+	*p = x
+	return p
+}
+
+func (x OperationState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperationState) Descriptor() protoreflect.EnumDescriptor {
+	return file_orchard_v1_client_service_proto_enumTypes[0].Descriptor()
+}
+
+func (OperationState) Type() protoreflect.EnumType {
+	return &file_orchard_v1_client_service_proto_enumTypes[0]
+}
+
+func (x OperationState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperationState.Descriptor instead.
+func (OperationState) EnumDescriptor() ([]byte, []int) {
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{0}
+}
+
 // StartOrchestrationRequest describes a new instance.
 //
 // Retrying a start is safe when the caller chooses the instance id: a retry
@@ -1163,9 +1224,18 @@ type DeleteInstanceRequest struct {
 	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// Delete even when instances of the tree are running. Their in-flight
 	// turns and activities fail; nothing recreates a deleted instance.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// Cancel the tree first, wait until it is terminal (up to
+	// graceful_timeout), then delete it: done by the janitor as an
+	// operation, whose id the response carries (poll it with GetOperation).
+	// Not with force.
+	Graceful bool `protobuf:"varint,3,opt,name=graceful,proto3" json:"graceful,omitempty"`
+	// How long a graceful delete waits for the tree to end (1 second to 1
+	// hour; unset: 60 seconds). Past it, the operation fails and nothing is
+	// deleted.
+	GracefulTimeout *durationpb.Duration `protobuf:"bytes,4,opt,name=graceful_timeout,json=gracefulTimeout,proto3" json:"graceful_timeout,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeleteInstanceRequest) Reset() {
@@ -1212,11 +1282,27 @@ func (x *DeleteInstanceRequest) GetForce() bool {
 	return false
 }
 
+func (x *DeleteInstanceRequest) GetGraceful() bool {
+	if x != nil {
+		return x.Graceful
+	}
+	return false
+}
+
+func (x *DeleteInstanceRequest) GetGracefulTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.GracefulTimeout
+	}
+	return nil
+}
+
 // DeleteInstanceResponse counts what was deleted.
 type DeleteInstanceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// What was deleted, descendants included.
-	Counts        *DeleteCounts `protobuf:"bytes,1,opt,name=counts,proto3" json:"counts,omitempty"`
+	// What was deleted, descendants included; unset for a graceful delete.
+	Counts *DeleteCounts `protobuf:"bytes,1,opt,name=counts,proto3" json:"counts,omitempty"`
+	// The graceful delete's operation; empty otherwise.
+	OperationId   string `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1258,6 +1344,13 @@ func (x *DeleteInstanceResponse) GetCounts() *DeleteCounts {
 	return nil
 }
 
+func (x *DeleteInstanceResponse) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
 // DeleteInstancesRequest selects terminal root instances to delete. Its
 // criteria are ANDed: instance_ids, completed_before and the filter's own
 // criteria. It must say what to delete: to delete every terminal root
@@ -1276,9 +1369,18 @@ type DeleteInstancesRequest struct {
 	// Every terminal root instance: required when no criterion is set (a
 	// filter that selects nothing in particular included), refused with one.
 	// A destructive call never widens to everything by omission.
-	All           bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	All bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
+	// Cancel the running ones among instance_ids first, wait until their
+	// trees are terminal (up to graceful_timeout), then delete them all: done
+	// by the janitor as one operation (poll it with GetOperation). Takes
+	// instance_ids only, never a filter, so that it cancels nothing the
+	// caller did not name.
+	Graceful bool `protobuf:"varint,6,opt,name=graceful,proto3" json:"graceful,omitempty"`
+	// How long a graceful delete waits (1 second to 1 hour; unset: 60
+	// seconds).
+	GracefulTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=graceful_timeout,json=gracefulTimeout,proto3" json:"graceful_timeout,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeleteInstancesRequest) Reset() {
@@ -1346,6 +1448,20 @@ func (x *DeleteInstancesRequest) GetAll() bool {
 	return false
 }
 
+func (x *DeleteInstancesRequest) GetGraceful() bool {
+	if x != nil {
+		return x.Graceful
+	}
+	return false
+}
+
+func (x *DeleteInstancesRequest) GetGracefulTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.GracefulTimeout
+	}
+	return nil
+}
+
 // DeleteInstancesResponse says what a bulk delete did and whether it is
 // done.
 type DeleteInstancesResponse struct {
@@ -1356,7 +1472,9 @@ type DeleteInstancesResponse struct {
 	Complete bool `protobuf:"varint,2,opt,name=complete,proto3" json:"complete,omitempty"`
 	// When not complete, the request to send to go on (the same criteria);
 	// unset when complete.
-	Next          *DeleteInstancesRequest `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	Next *DeleteInstancesRequest `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	// The graceful delete's operation; empty otherwise.
+	OperationId   string `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1412,6 +1530,221 @@ func (x *DeleteInstancesResponse) GetNext() *DeleteInstancesRequest {
 	return nil
 }
 
+func (x *DeleteInstancesResponse) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+// Operation is work the janitor does for a caller: a graceful delete.
+type Operation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's id.
+	OperationId string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// What it does: "graceful_delete".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Where it is.
+	State OperationState `protobuf:"varint,3,opt,name=state,proto3,enum=orchard.v1.OperationState" json:"state,omitempty"`
+	// What it deleted, once succeeded.
+	Counts *DeleteCounts `protobuf:"bytes,4,opt,name=counts,proto3" json:"counts,omitempty"`
+	// Why it failed.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// The root instances it deletes.
+	InstanceIds []string `protobuf:"bytes,6,rep,name=instance_ids,json=instanceIds,proto3" json:"instance_ids,omitempty"`
+	// When it was asked for, last changed, and when it gives up waiting.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Operation) Reset() {
+	*x = Operation{}
+	mi := &file_orchard_v1_client_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Operation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Operation) ProtoMessage() {}
+
+func (x *Operation) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_client_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Operation.ProtoReflect.Descriptor instead.
+func (*Operation) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Operation) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *Operation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Operation) GetState() OperationState {
+	if x != nil {
+		return x.State
+	}
+	return OperationState_OPERATION_STATE_UNSPECIFIED
+}
+
+func (x *Operation) GetCounts() *DeleteCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *Operation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Operation) GetInstanceIds() []string {
+	if x != nil {
+		return x.InstanceIds
+	}
+	return nil
+}
+
+func (x *Operation) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Operation) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Operation) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+// GetOperationRequest names an operation.
+type GetOperationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's id, from a graceful delete's response.
+	OperationId   string `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationRequest) Reset() {
+	*x = GetOperationRequest{}
+	mi := &file_orchard_v1_client_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationRequest) ProtoMessage() {}
+
+func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_client_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
+func (*GetOperationRequest) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetOperationRequest) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+// GetOperationResponse holds the operation.
+type GetOperationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationResponse) Reset() {
+	*x = GetOperationResponse{}
+	mi := &file_orchard_v1_client_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationResponse) ProtoMessage() {}
+
+func (x *GetOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_client_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationResponse.ProtoReflect.Descriptor instead.
+func (*GetOperationResponse) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetOperationResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // PruneExecutionsRequest names an instance and what to prune.
 type PruneExecutionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1425,7 +1758,7 @@ type PruneExecutionsRequest struct {
 
 func (x *PruneExecutionsRequest) Reset() {
 	*x = PruneExecutionsRequest{}
-	mi := &file_orchard_v1_client_service_proto_msgTypes[24]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1770,7 @@ func (x *PruneExecutionsRequest) String() string {
 func (*PruneExecutionsRequest) ProtoMessage() {}
 
 func (x *PruneExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orchard_v1_client_service_proto_msgTypes[24]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1783,7 @@ func (x *PruneExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{24}
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PruneExecutionsRequest) GetInstanceId() string {
@@ -1478,7 +1811,7 @@ type PruneExecutionsResponse struct {
 
 func (x *PruneExecutionsResponse) Reset() {
 	*x = PruneExecutionsResponse{}
-	mi := &file_orchard_v1_client_service_proto_msgTypes[25]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1823,7 @@ func (x *PruneExecutionsResponse) String() string {
 func (*PruneExecutionsResponse) ProtoMessage() {}
 
 func (x *PruneExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orchard_v1_client_service_proto_msgTypes[25]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1836,7 @@ func (x *PruneExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{25}
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PruneExecutionsResponse) GetCounts() *PruneCounts {
@@ -1533,7 +1866,7 @@ type PruneExecutionsBulkRequest struct {
 
 func (x *PruneExecutionsBulkRequest) Reset() {
 	*x = PruneExecutionsBulkRequest{}
-	mi := &file_orchard_v1_client_service_proto_msgTypes[26]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1878,7 @@ func (x *PruneExecutionsBulkRequest) String() string {
 func (*PruneExecutionsBulkRequest) ProtoMessage() {}
 
 func (x *PruneExecutionsBulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orchard_v1_client_service_proto_msgTypes[26]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1891,7 @@ func (x *PruneExecutionsBulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneExecutionsBulkRequest.ProtoReflect.Descriptor instead.
 func (*PruneExecutionsBulkRequest) Descriptor() ([]byte, []int) {
-	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{26}
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PruneExecutionsBulkRequest) GetFilter() *InstanceFilter {
@@ -1606,7 +1939,7 @@ type PruneExecutionsBulkResponse struct {
 
 func (x *PruneExecutionsBulkResponse) Reset() {
 	*x = PruneExecutionsBulkResponse{}
-	mi := &file_orchard_v1_client_service_proto_msgTypes[27]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1951,7 @@ func (x *PruneExecutionsBulkResponse) String() string {
 func (*PruneExecutionsBulkResponse) ProtoMessage() {}
 
 func (x *PruneExecutionsBulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orchard_v1_client_service_proto_msgTypes[27]
+	mi := &file_orchard_v1_client_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1964,7 @@ func (x *PruneExecutionsBulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneExecutionsBulkResponse.ProtoReflect.Descriptor instead.
 func (*PruneExecutionsBulkResponse) Descriptor() ([]byte, []int) {
-	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{27}
+	return file_orchard_v1_client_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PruneExecutionsBulkResponse) GetCounts() *PruneCounts {
@@ -1740,25 +2073,47 @@ const file_orchard_v1_client_service_proto_rawDesc = "" +
 	"instanceId\"f\n" +
 	"\x17GetInstanceTreeResponse\x12(\n" +
 	"\x10root_instance_id\x18\x01 \x01(\tR\x0erootInstanceId\x12!\n" +
-	"\finstance_ids\x18\x02 \x03(\tR\vinstanceIds\"p\n" +
+	"\finstance_ids\x18\x02 \x03(\tR\vinstanceIds\"\xe3\x01\n" +
 	"\x15DeleteInstanceRequest\x12A\n" +
 	"\vinstance_id\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\n" +
 	"instanceId\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"J\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1a\n" +
+	"\bgraceful\x18\x03 \x01(\bR\bgraceful\x12U\n" +
+	"\x10graceful_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0fgracefulTimeout\"m\n" +
 	"\x16DeleteInstanceResponse\x120\n" +
-	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\"\xf4\x03\n" +
+	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\"\xe7\x04\n" +
 	"\x16DeleteInstancesRequest\x12K\n" +
 	"\finstance_ids\x18\x01 \x03(\tB(\xbaH%\x92\x01\"\x10\xe8\a\"\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\vinstanceIds\x12E\n" +
 	"\x10completed_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcompletedBefore\x122\n" +
 	"\x06filter\x18\x03 \x01(\v2\x1a.orchard.v1.InstanceFilterR\x06filter\x12 \n" +
 	"\x05limit\x18\x04 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12\x10\n" +
-	"\x03all\x18\x05 \x01(\bR\x03all:\xdd\x01\xbaH\xd9\x01\x1a\xd6\x01\n" +
-	"\x1adelete_instances.criterion\x12]set instance_ids, completed_before or a filter, or all to delete every terminal root instance\x1aYsize(this.instance_ids) > 0 || has(this.completed_before) || has(this.filter) || this.all\"\x9f\x01\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all\x12\x1a\n" +
+	"\bgraceful\x18\x06 \x01(\bR\bgraceful\x12U\n" +
+	"\x10graceful_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0fgracefulTimeout:\xdd\x01\xbaH\xd9\x01\x1a\xd6\x01\n" +
+	"\x1adelete_instances.criterion\x12]set instance_ids, completed_before or a filter, or all to delete every terminal root instance\x1aYsize(this.instance_ids) > 0 || has(this.completed_before) || has(this.filter) || this.all\"\xc2\x01\n" +
 	"\x17DeleteInstancesResponse\x120\n" +
 	"\x06counts\x18\x01 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x126\n" +
-	"\x04next\x18\x03 \x01(\v2\".orchard.v1.DeleteInstancesRequestR\x04next\"\x97\x01\n" +
+	"\x04next\x18\x03 \x01(\v2\".orchard.v1.DeleteInstancesRequestR\x04next\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\"\x8d\x03\n" +
+	"\tOperation\x12!\n" +
+	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x120\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1a.orchard.v1.OperationStateR\x05state\x120\n" +
+	"\x06counts\x18\x04 \x01(\v2\x18.orchard.v1.DeleteCountsR\x06counts\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12!\n" +
+	"\finstance_ids\x18\x06 \x03(\tR\vinstanceIds\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x126\n" +
+	"\bdeadline\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"Z\n" +
+	"\x13GetOperationRequest\x12C\n" +
+	"\foperation_id\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\voperationId\"K\n" +
+	"\x14GetOperationResponse\x123\n" +
+	"\toperation\x18\x01 \x01(\v2\x15.orchard.v1.OperationR\toperation\"\x97\x01\n" +
 	"\x16PruneExecutionsRequest\x12A\n" +
 	"\vinstance_id\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\n" +
 	"instanceId\x12:\n" +
@@ -1774,7 +2129,14 @@ const file_orchard_v1_client_service_proto_rawDesc = "" +
 	"\x1bPruneExecutionsBulkResponse\x12/\n" +
 	"\x06counts\x18\x01 \x01(\v2\x17.orchard.v1.PruneCountsR\x06counts\x12\x1a\n" +
 	"\bcomplete\x18\x02 \x01(\bR\bcomplete\x12:\n" +
-	"\x04next\x18\x03 \x01(\v2&.orchard.v1.PruneExecutionsBulkRequestR\x04next2\xf6\t\n" +
+	"\x04next\x18\x03 \x01(\v2&.orchard.v1.PruneExecutionsBulkRequestR\x04next*\xa6\x01\n" +
+	"\x0eOperationState\x12\x1f\n" +
+	"\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17OPERATION_STATE_PENDING\x10\x01\x12\x1b\n" +
+	"\x17OPERATION_STATE_RUNNING\x10\x02\x12\x1d\n" +
+	"\x19OPERATION_STATE_SUCCEEDED\x10\x03\x12\x1a\n" +
+	"\x16OPERATION_STATE_FAILED\x10\x042\xc9\n" +
+	"\n" +
 	"\rClientService\x12c\n" +
 	"\x12StartOrchestration\x12%.orchard.v1.StartOrchestrationRequest\x1a&.orchard.v1.StartOrchestrationResponse\x12K\n" +
 	"\n" +
@@ -1791,7 +2153,8 @@ const file_orchard_v1_client_service_proto_rawDesc = "" +
 	"\x0eDeleteInstance\x12!.orchard.v1.DeleteInstanceRequest\x1a\".orchard.v1.DeleteInstanceResponse\x12Z\n" +
 	"\x0fDeleteInstances\x12\".orchard.v1.DeleteInstancesRequest\x1a#.orchard.v1.DeleteInstancesResponse\x12Z\n" +
 	"\x0fPruneExecutions\x12\".orchard.v1.PruneExecutionsRequest\x1a#.orchard.v1.PruneExecutionsResponse\x12f\n" +
-	"\x13PruneExecutionsBulk\x12&.orchard.v1.PruneExecutionsBulkRequest\x1a'.orchard.v1.PruneExecutionsBulkResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
+	"\x13PruneExecutionsBulk\x12&.orchard.v1.PruneExecutionsBulkRequest\x1a'.orchard.v1.PruneExecutionsBulkResponse\x12Q\n" +
+	"\fGetOperation\x12\x1f.orchard.v1.GetOperationRequest\x1a .orchard.v1.GetOperationResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
 
 var (
 	file_orchard_v1_client_service_proto_rawDescOnce sync.Once
@@ -1805,107 +2168,122 @@ func file_orchard_v1_client_service_proto_rawDescGZIP() []byte {
 	return file_orchard_v1_client_service_proto_rawDescData
 }
 
-var file_orchard_v1_client_service_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_orchard_v1_client_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_orchard_v1_client_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_orchard_v1_client_service_proto_goTypes = []any{
-	(*StartOrchestrationRequest)(nil),   // 0: orchard.v1.StartOrchestrationRequest
-	(*StartOrchestrationResponse)(nil),  // 1: orchard.v1.StartOrchestrationResponse
-	(*RaiseEventRequest)(nil),           // 2: orchard.v1.RaiseEventRequest
-	(*RaiseEventResponse)(nil),          // 3: orchard.v1.RaiseEventResponse
-	(*CancelInstanceRequest)(nil),       // 4: orchard.v1.CancelInstanceRequest
-	(*CancelInstanceResponse)(nil),      // 5: orchard.v1.CancelInstanceResponse
-	(*GetInstanceRequest)(nil),          // 6: orchard.v1.GetInstanceRequest
-	(*GetInstanceResponse)(nil),         // 7: orchard.v1.GetInstanceResponse
-	(*WaitForCompletionRequest)(nil),    // 8: orchard.v1.WaitForCompletionRequest
-	(*WaitForCompletionResponse)(nil),   // 9: orchard.v1.WaitForCompletionResponse
-	(*GetHistoryRequest)(nil),           // 10: orchard.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),          // 11: orchard.v1.GetHistoryResponse
-	(*ListExecutionsRequest)(nil),       // 12: orchard.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),      // 13: orchard.v1.ListExecutionsResponse
-	(*ListInstancesRequest)(nil),        // 14: orchard.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 15: orchard.v1.ListInstancesResponse
-	(*CountInstancesRequest)(nil),       // 16: orchard.v1.CountInstancesRequest
-	(*CountInstancesResponse)(nil),      // 17: orchard.v1.CountInstancesResponse
-	(*GetInstanceTreeRequest)(nil),      // 18: orchard.v1.GetInstanceTreeRequest
-	(*GetInstanceTreeResponse)(nil),     // 19: orchard.v1.GetInstanceTreeResponse
-	(*DeleteInstanceRequest)(nil),       // 20: orchard.v1.DeleteInstanceRequest
-	(*DeleteInstanceResponse)(nil),      // 21: orchard.v1.DeleteInstanceResponse
-	(*DeleteInstancesRequest)(nil),      // 22: orchard.v1.DeleteInstancesRequest
-	(*DeleteInstancesResponse)(nil),     // 23: orchard.v1.DeleteInstancesResponse
-	(*PruneExecutionsRequest)(nil),      // 24: orchard.v1.PruneExecutionsRequest
-	(*PruneExecutionsResponse)(nil),     // 25: orchard.v1.PruneExecutionsResponse
-	(*PruneExecutionsBulkRequest)(nil),  // 26: orchard.v1.PruneExecutionsBulkRequest
-	(*PruneExecutionsBulkResponse)(nil), // 27: orchard.v1.PruneExecutionsBulkResponse
-	nil,                                 // 28: orchard.v1.StartOrchestrationRequest.TagsEntry
-	(*durationpb.Duration)(nil),         // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 30: google.protobuf.Timestamp
-	(*Instance)(nil),                    // 31: orchard.v1.Instance
-	(*HistoryEvent)(nil),                // 32: orchard.v1.HistoryEvent
-	(*Execution)(nil),                   // 33: orchard.v1.Execution
-	(*InstanceFilter)(nil),              // 34: orchard.v1.InstanceFilter
-	(InstanceOrder)(0),                  // 35: orchard.v1.InstanceOrder
-	(*StatusCounts)(nil),                // 36: orchard.v1.StatusCounts
-	(*DeleteCounts)(nil),                // 37: orchard.v1.DeleteCounts
-	(*PruneOptions)(nil),                // 38: orchard.v1.PruneOptions
-	(*PruneCounts)(nil),                 // 39: orchard.v1.PruneCounts
+	(OperationState)(0),                 // 0: orchard.v1.OperationState
+	(*StartOrchestrationRequest)(nil),   // 1: orchard.v1.StartOrchestrationRequest
+	(*StartOrchestrationResponse)(nil),  // 2: orchard.v1.StartOrchestrationResponse
+	(*RaiseEventRequest)(nil),           // 3: orchard.v1.RaiseEventRequest
+	(*RaiseEventResponse)(nil),          // 4: orchard.v1.RaiseEventResponse
+	(*CancelInstanceRequest)(nil),       // 5: orchard.v1.CancelInstanceRequest
+	(*CancelInstanceResponse)(nil),      // 6: orchard.v1.CancelInstanceResponse
+	(*GetInstanceRequest)(nil),          // 7: orchard.v1.GetInstanceRequest
+	(*GetInstanceResponse)(nil),         // 8: orchard.v1.GetInstanceResponse
+	(*WaitForCompletionRequest)(nil),    // 9: orchard.v1.WaitForCompletionRequest
+	(*WaitForCompletionResponse)(nil),   // 10: orchard.v1.WaitForCompletionResponse
+	(*GetHistoryRequest)(nil),           // 11: orchard.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),          // 12: orchard.v1.GetHistoryResponse
+	(*ListExecutionsRequest)(nil),       // 13: orchard.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),      // 14: orchard.v1.ListExecutionsResponse
+	(*ListInstancesRequest)(nil),        // 15: orchard.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 16: orchard.v1.ListInstancesResponse
+	(*CountInstancesRequest)(nil),       // 17: orchard.v1.CountInstancesRequest
+	(*CountInstancesResponse)(nil),      // 18: orchard.v1.CountInstancesResponse
+	(*GetInstanceTreeRequest)(nil),      // 19: orchard.v1.GetInstanceTreeRequest
+	(*GetInstanceTreeResponse)(nil),     // 20: orchard.v1.GetInstanceTreeResponse
+	(*DeleteInstanceRequest)(nil),       // 21: orchard.v1.DeleteInstanceRequest
+	(*DeleteInstanceResponse)(nil),      // 22: orchard.v1.DeleteInstanceResponse
+	(*DeleteInstancesRequest)(nil),      // 23: orchard.v1.DeleteInstancesRequest
+	(*DeleteInstancesResponse)(nil),     // 24: orchard.v1.DeleteInstancesResponse
+	(*Operation)(nil),                   // 25: orchard.v1.Operation
+	(*GetOperationRequest)(nil),         // 26: orchard.v1.GetOperationRequest
+	(*GetOperationResponse)(nil),        // 27: orchard.v1.GetOperationResponse
+	(*PruneExecutionsRequest)(nil),      // 28: orchard.v1.PruneExecutionsRequest
+	(*PruneExecutionsResponse)(nil),     // 29: orchard.v1.PruneExecutionsResponse
+	(*PruneExecutionsBulkRequest)(nil),  // 30: orchard.v1.PruneExecutionsBulkRequest
+	(*PruneExecutionsBulkResponse)(nil), // 31: orchard.v1.PruneExecutionsBulkResponse
+	nil,                                 // 32: orchard.v1.StartOrchestrationRequest.TagsEntry
+	(*durationpb.Duration)(nil),         // 33: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
+	(*Instance)(nil),                    // 35: orchard.v1.Instance
+	(*HistoryEvent)(nil),                // 36: orchard.v1.HistoryEvent
+	(*Execution)(nil),                   // 37: orchard.v1.Execution
+	(*InstanceFilter)(nil),              // 38: orchard.v1.InstanceFilter
+	(InstanceOrder)(0),                  // 39: orchard.v1.InstanceOrder
+	(*StatusCounts)(nil),                // 40: orchard.v1.StatusCounts
+	(*DeleteCounts)(nil),                // 41: orchard.v1.DeleteCounts
+	(*PruneOptions)(nil),                // 42: orchard.v1.PruneOptions
+	(*PruneCounts)(nil),                 // 43: orchard.v1.PruneCounts
 }
 var file_orchard_v1_client_service_proto_depIdxs = []int32{
-	28, // 0: orchard.v1.StartOrchestrationRequest.tags:type_name -> orchard.v1.StartOrchestrationRequest.TagsEntry
-	29, // 1: orchard.v1.StartOrchestrationRequest.retention:type_name -> google.protobuf.Duration
-	30, // 2: orchard.v1.StartOrchestrationResponse.created_at:type_name -> google.protobuf.Timestamp
-	31, // 3: orchard.v1.GetInstanceResponse.instance:type_name -> orchard.v1.Instance
-	29, // 4: orchard.v1.WaitForCompletionRequest.timeout:type_name -> google.protobuf.Duration
-	31, // 5: orchard.v1.WaitForCompletionResponse.instance:type_name -> orchard.v1.Instance
-	32, // 6: orchard.v1.GetHistoryResponse.events:type_name -> orchard.v1.HistoryEvent
-	33, // 7: orchard.v1.ListExecutionsResponse.executions:type_name -> orchard.v1.Execution
-	34, // 8: orchard.v1.ListInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
-	35, // 9: orchard.v1.ListInstancesRequest.order:type_name -> orchard.v1.InstanceOrder
-	31, // 10: orchard.v1.ListInstancesResponse.instances:type_name -> orchard.v1.Instance
-	34, // 11: orchard.v1.CountInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
-	36, // 12: orchard.v1.CountInstancesResponse.by_status:type_name -> orchard.v1.StatusCounts
-	37, // 13: orchard.v1.DeleteInstanceResponse.counts:type_name -> orchard.v1.DeleteCounts
-	30, // 14: orchard.v1.DeleteInstancesRequest.completed_before:type_name -> google.protobuf.Timestamp
-	34, // 15: orchard.v1.DeleteInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
-	37, // 16: orchard.v1.DeleteInstancesResponse.counts:type_name -> orchard.v1.DeleteCounts
-	22, // 17: orchard.v1.DeleteInstancesResponse.next:type_name -> orchard.v1.DeleteInstancesRequest
-	38, // 18: orchard.v1.PruneExecutionsRequest.options:type_name -> orchard.v1.PruneOptions
-	39, // 19: orchard.v1.PruneExecutionsResponse.counts:type_name -> orchard.v1.PruneCounts
-	34, // 20: orchard.v1.PruneExecutionsBulkRequest.filter:type_name -> orchard.v1.InstanceFilter
-	38, // 21: orchard.v1.PruneExecutionsBulkRequest.options:type_name -> orchard.v1.PruneOptions
-	39, // 22: orchard.v1.PruneExecutionsBulkResponse.counts:type_name -> orchard.v1.PruneCounts
-	26, // 23: orchard.v1.PruneExecutionsBulkResponse.next:type_name -> orchard.v1.PruneExecutionsBulkRequest
-	0,  // 24: orchard.v1.ClientService.StartOrchestration:input_type -> orchard.v1.StartOrchestrationRequest
-	2,  // 25: orchard.v1.ClientService.RaiseEvent:input_type -> orchard.v1.RaiseEventRequest
-	4,  // 26: orchard.v1.ClientService.CancelInstance:input_type -> orchard.v1.CancelInstanceRequest
-	6,  // 27: orchard.v1.ClientService.GetInstance:input_type -> orchard.v1.GetInstanceRequest
-	8,  // 28: orchard.v1.ClientService.WaitForCompletion:input_type -> orchard.v1.WaitForCompletionRequest
-	10, // 29: orchard.v1.ClientService.GetHistory:input_type -> orchard.v1.GetHistoryRequest
-	12, // 30: orchard.v1.ClientService.ListExecutions:input_type -> orchard.v1.ListExecutionsRequest
-	14, // 31: orchard.v1.ClientService.ListInstances:input_type -> orchard.v1.ListInstancesRequest
-	16, // 32: orchard.v1.ClientService.CountInstances:input_type -> orchard.v1.CountInstancesRequest
-	18, // 33: orchard.v1.ClientService.GetInstanceTree:input_type -> orchard.v1.GetInstanceTreeRequest
-	20, // 34: orchard.v1.ClientService.DeleteInstance:input_type -> orchard.v1.DeleteInstanceRequest
-	22, // 35: orchard.v1.ClientService.DeleteInstances:input_type -> orchard.v1.DeleteInstancesRequest
-	24, // 36: orchard.v1.ClientService.PruneExecutions:input_type -> orchard.v1.PruneExecutionsRequest
-	26, // 37: orchard.v1.ClientService.PruneExecutionsBulk:input_type -> orchard.v1.PruneExecutionsBulkRequest
-	1,  // 38: orchard.v1.ClientService.StartOrchestration:output_type -> orchard.v1.StartOrchestrationResponse
-	3,  // 39: orchard.v1.ClientService.RaiseEvent:output_type -> orchard.v1.RaiseEventResponse
-	5,  // 40: orchard.v1.ClientService.CancelInstance:output_type -> orchard.v1.CancelInstanceResponse
-	7,  // 41: orchard.v1.ClientService.GetInstance:output_type -> orchard.v1.GetInstanceResponse
-	9,  // 42: orchard.v1.ClientService.WaitForCompletion:output_type -> orchard.v1.WaitForCompletionResponse
-	11, // 43: orchard.v1.ClientService.GetHistory:output_type -> orchard.v1.GetHistoryResponse
-	13, // 44: orchard.v1.ClientService.ListExecutions:output_type -> orchard.v1.ListExecutionsResponse
-	15, // 45: orchard.v1.ClientService.ListInstances:output_type -> orchard.v1.ListInstancesResponse
-	17, // 46: orchard.v1.ClientService.CountInstances:output_type -> orchard.v1.CountInstancesResponse
-	19, // 47: orchard.v1.ClientService.GetInstanceTree:output_type -> orchard.v1.GetInstanceTreeResponse
-	21, // 48: orchard.v1.ClientService.DeleteInstance:output_type -> orchard.v1.DeleteInstanceResponse
-	23, // 49: orchard.v1.ClientService.DeleteInstances:output_type -> orchard.v1.DeleteInstancesResponse
-	25, // 50: orchard.v1.ClientService.PruneExecutions:output_type -> orchard.v1.PruneExecutionsResponse
-	27, // 51: orchard.v1.ClientService.PruneExecutionsBulk:output_type -> orchard.v1.PruneExecutionsBulkResponse
-	38, // [38:52] is the sub-list for method output_type
-	24, // [24:38] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	32, // 0: orchard.v1.StartOrchestrationRequest.tags:type_name -> orchard.v1.StartOrchestrationRequest.TagsEntry
+	33, // 1: orchard.v1.StartOrchestrationRequest.retention:type_name -> google.protobuf.Duration
+	34, // 2: orchard.v1.StartOrchestrationResponse.created_at:type_name -> google.protobuf.Timestamp
+	35, // 3: orchard.v1.GetInstanceResponse.instance:type_name -> orchard.v1.Instance
+	33, // 4: orchard.v1.WaitForCompletionRequest.timeout:type_name -> google.protobuf.Duration
+	35, // 5: orchard.v1.WaitForCompletionResponse.instance:type_name -> orchard.v1.Instance
+	36, // 6: orchard.v1.GetHistoryResponse.events:type_name -> orchard.v1.HistoryEvent
+	37, // 7: orchard.v1.ListExecutionsResponse.executions:type_name -> orchard.v1.Execution
+	38, // 8: orchard.v1.ListInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
+	39, // 9: orchard.v1.ListInstancesRequest.order:type_name -> orchard.v1.InstanceOrder
+	35, // 10: orchard.v1.ListInstancesResponse.instances:type_name -> orchard.v1.Instance
+	38, // 11: orchard.v1.CountInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
+	40, // 12: orchard.v1.CountInstancesResponse.by_status:type_name -> orchard.v1.StatusCounts
+	33, // 13: orchard.v1.DeleteInstanceRequest.graceful_timeout:type_name -> google.protobuf.Duration
+	41, // 14: orchard.v1.DeleteInstanceResponse.counts:type_name -> orchard.v1.DeleteCounts
+	34, // 15: orchard.v1.DeleteInstancesRequest.completed_before:type_name -> google.protobuf.Timestamp
+	38, // 16: orchard.v1.DeleteInstancesRequest.filter:type_name -> orchard.v1.InstanceFilter
+	33, // 17: orchard.v1.DeleteInstancesRequest.graceful_timeout:type_name -> google.protobuf.Duration
+	41, // 18: orchard.v1.DeleteInstancesResponse.counts:type_name -> orchard.v1.DeleteCounts
+	23, // 19: orchard.v1.DeleteInstancesResponse.next:type_name -> orchard.v1.DeleteInstancesRequest
+	0,  // 20: orchard.v1.Operation.state:type_name -> orchard.v1.OperationState
+	41, // 21: orchard.v1.Operation.counts:type_name -> orchard.v1.DeleteCounts
+	34, // 22: orchard.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	34, // 23: orchard.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 24: orchard.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	25, // 25: orchard.v1.GetOperationResponse.operation:type_name -> orchard.v1.Operation
+	42, // 26: orchard.v1.PruneExecutionsRequest.options:type_name -> orchard.v1.PruneOptions
+	43, // 27: orchard.v1.PruneExecutionsResponse.counts:type_name -> orchard.v1.PruneCounts
+	38, // 28: orchard.v1.PruneExecutionsBulkRequest.filter:type_name -> orchard.v1.InstanceFilter
+	42, // 29: orchard.v1.PruneExecutionsBulkRequest.options:type_name -> orchard.v1.PruneOptions
+	43, // 30: orchard.v1.PruneExecutionsBulkResponse.counts:type_name -> orchard.v1.PruneCounts
+	30, // 31: orchard.v1.PruneExecutionsBulkResponse.next:type_name -> orchard.v1.PruneExecutionsBulkRequest
+	1,  // 32: orchard.v1.ClientService.StartOrchestration:input_type -> orchard.v1.StartOrchestrationRequest
+	3,  // 33: orchard.v1.ClientService.RaiseEvent:input_type -> orchard.v1.RaiseEventRequest
+	5,  // 34: orchard.v1.ClientService.CancelInstance:input_type -> orchard.v1.CancelInstanceRequest
+	7,  // 35: orchard.v1.ClientService.GetInstance:input_type -> orchard.v1.GetInstanceRequest
+	9,  // 36: orchard.v1.ClientService.WaitForCompletion:input_type -> orchard.v1.WaitForCompletionRequest
+	11, // 37: orchard.v1.ClientService.GetHistory:input_type -> orchard.v1.GetHistoryRequest
+	13, // 38: orchard.v1.ClientService.ListExecutions:input_type -> orchard.v1.ListExecutionsRequest
+	15, // 39: orchard.v1.ClientService.ListInstances:input_type -> orchard.v1.ListInstancesRequest
+	17, // 40: orchard.v1.ClientService.CountInstances:input_type -> orchard.v1.CountInstancesRequest
+	19, // 41: orchard.v1.ClientService.GetInstanceTree:input_type -> orchard.v1.GetInstanceTreeRequest
+	21, // 42: orchard.v1.ClientService.DeleteInstance:input_type -> orchard.v1.DeleteInstanceRequest
+	23, // 43: orchard.v1.ClientService.DeleteInstances:input_type -> orchard.v1.DeleteInstancesRequest
+	28, // 44: orchard.v1.ClientService.PruneExecutions:input_type -> orchard.v1.PruneExecutionsRequest
+	30, // 45: orchard.v1.ClientService.PruneExecutionsBulk:input_type -> orchard.v1.PruneExecutionsBulkRequest
+	26, // 46: orchard.v1.ClientService.GetOperation:input_type -> orchard.v1.GetOperationRequest
+	2,  // 47: orchard.v1.ClientService.StartOrchestration:output_type -> orchard.v1.StartOrchestrationResponse
+	4,  // 48: orchard.v1.ClientService.RaiseEvent:output_type -> orchard.v1.RaiseEventResponse
+	6,  // 49: orchard.v1.ClientService.CancelInstance:output_type -> orchard.v1.CancelInstanceResponse
+	8,  // 50: orchard.v1.ClientService.GetInstance:output_type -> orchard.v1.GetInstanceResponse
+	10, // 51: orchard.v1.ClientService.WaitForCompletion:output_type -> orchard.v1.WaitForCompletionResponse
+	12, // 52: orchard.v1.ClientService.GetHistory:output_type -> orchard.v1.GetHistoryResponse
+	14, // 53: orchard.v1.ClientService.ListExecutions:output_type -> orchard.v1.ListExecutionsResponse
+	16, // 54: orchard.v1.ClientService.ListInstances:output_type -> orchard.v1.ListInstancesResponse
+	18, // 55: orchard.v1.ClientService.CountInstances:output_type -> orchard.v1.CountInstancesResponse
+	20, // 56: orchard.v1.ClientService.GetInstanceTree:output_type -> orchard.v1.GetInstanceTreeResponse
+	22, // 57: orchard.v1.ClientService.DeleteInstance:output_type -> orchard.v1.DeleteInstanceResponse
+	24, // 58: orchard.v1.ClientService.DeleteInstances:output_type -> orchard.v1.DeleteInstancesResponse
+	29, // 59: orchard.v1.ClientService.PruneExecutions:output_type -> orchard.v1.PruneExecutionsResponse
+	31, // 60: orchard.v1.ClientService.PruneExecutionsBulk:output_type -> orchard.v1.PruneExecutionsBulkResponse
+	27, // 61: orchard.v1.ClientService.GetOperation:output_type -> orchard.v1.GetOperationResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_orchard_v1_client_service_proto_init() }
@@ -1919,13 +2297,14 @@ func file_orchard_v1_client_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orchard_v1_client_service_proto_rawDesc), len(file_orchard_v1_client_service_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   29,
+			NumEnums:      1,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_orchard_v1_client_service_proto_goTypes,
 		DependencyIndexes: file_orchard_v1_client_service_proto_depIdxs,
+		EnumInfos:         file_orchard_v1_client_service_proto_enumTypes,
 		MessageInfos:      file_orchard_v1_client_service_proto_msgTypes,
 	}.Build()
 	File_orchard_v1_client_service_proto = out.File

@@ -737,6 +737,613 @@ func (x *GetUsageResponse) GetUsage() *Usage {
 	return nil
 }
 
+// PreviewRetentionRequest names the policy to preview.
+type PreviewRetentionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy to judge by; unset: the tenant's current policy.
+	Policy        *RetentionPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewRetentionRequest) Reset() {
+	*x = PreviewRetentionRequest{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRetentionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRetentionRequest) ProtoMessage() {}
+
+func (x *PreviewRetentionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRetentionRequest.ProtoReflect.Descriptor instead.
+func (*PreviewRetentionRequest) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PreviewRetentionRequest) GetPolicy() *RetentionPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// RetentionPreviewGroup is what would go of one status and name (of the
+// roots; their trees are counted whole).
+type RetentionPreviewGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The roots' status.
+	Status InstanceStatus `protobuf:"varint,1,opt,name=status,proto3,enum=orchard.v1.InstanceStatus" json:"status,omitempty"`
+	// The roots' orchestration name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Instances (descendants included), executions and history events.
+	Instances     int64 `protobuf:"varint,3,opt,name=instances,proto3" json:"instances,omitempty"`
+	Executions    int64 `protobuf:"varint,4,opt,name=executions,proto3" json:"executions,omitempty"`
+	Events        int64 `protobuf:"varint,5,opt,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetentionPreviewGroup) Reset() {
+	*x = RetentionPreviewGroup{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionPreviewGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionPreviewGroup) ProtoMessage() {}
+
+func (x *RetentionPreviewGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionPreviewGroup.ProtoReflect.Descriptor instead.
+func (*RetentionPreviewGroup) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RetentionPreviewGroup) GetStatus() InstanceStatus {
+	if x != nil {
+		return x.Status
+	}
+	return InstanceStatus_INSTANCE_STATUS_UNSPECIFIED
+}
+
+func (x *RetentionPreviewGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RetentionPreviewGroup) GetInstances() int64 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+func (x *RetentionPreviewGroup) GetExecutions() int64 {
+	if x != nil {
+		return x.Executions
+	}
+	return 0
+}
+
+func (x *RetentionPreviewGroup) GetEvents() int64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+// RetentionPreview is what a policy would delete now.
+type RetentionPreview struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Totals, deletes and prunes together: instances (descendants
+	// included), executions and history events.
+	Instances  int64 `protobuf:"varint,1,opt,name=instances,proto3" json:"instances,omitempty"`
+	Executions int64 `protobuf:"varint,2,opt,name=executions,proto3" json:"executions,omitempty"`
+	Events     int64 `protobuf:"varint,3,opt,name=events,proto3" json:"events,omitempty"`
+	// The deletes, by the roots' status and name.
+	Groups []*RetentionPreviewGroup `protobuf:"bytes,4,rep,name=groups,proto3" json:"groups,omitempty"`
+	// The prunes of continue-as-new chains: instances pruned, executions
+	// and events deleted.
+	PrunedInstances  int64 `protobuf:"varint,5,opt,name=pruned_instances,json=prunedInstances,proto3" json:"pruned_instances,omitempty"`
+	PrunedExecutions int64 `protobuf:"varint,6,opt,name=pruned_executions,json=prunedExecutions,proto3" json:"pruned_executions,omitempty"`
+	PrunedEvents     int64 `protobuf:"varint,7,opt,name=pruned_events,json=prunedEvents,proto3" json:"pruned_events,omitempty"`
+	// The completion times of the oldest and newest roots that would go.
+	OldestCompletedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=oldest_completed_at,json=oldestCompletedAt,proto3" json:"oldest_completed_at,omitempty"`
+	NewestCompletedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=newest_completed_at,json=newestCompletedAt,proto3" json:"newest_completed_at,omitempty"`
+	// True when counting stopped at its cap (100,000 trees) or time limit:
+	// the figures are then "at least".
+	LowerBound bool `protobuf:"varint,10,opt,name=lower_bound,json=lowerBound,proto3" json:"lower_bound,omitempty"`
+	// The time the rules were judged at.
+	EvaluatedAt   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=evaluated_at,json=evaluatedAt,proto3" json:"evaluated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetentionPreview) Reset() {
+	*x = RetentionPreview{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetentionPreview) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetentionPreview) ProtoMessage() {}
+
+func (x *RetentionPreview) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetentionPreview.ProtoReflect.Descriptor instead.
+func (*RetentionPreview) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RetentionPreview) GetInstances() int64 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetExecutions() int64 {
+	if x != nil {
+		return x.Executions
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetEvents() int64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetGroups() []*RetentionPreviewGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *RetentionPreview) GetPrunedInstances() int64 {
+	if x != nil {
+		return x.PrunedInstances
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetPrunedExecutions() int64 {
+	if x != nil {
+		return x.PrunedExecutions
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetPrunedEvents() int64 {
+	if x != nil {
+		return x.PrunedEvents
+	}
+	return 0
+}
+
+func (x *RetentionPreview) GetOldestCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestCompletedAt
+	}
+	return nil
+}
+
+func (x *RetentionPreview) GetNewestCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NewestCompletedAt
+	}
+	return nil
+}
+
+func (x *RetentionPreview) GetLowerBound() bool {
+	if x != nil {
+		return x.LowerBound
+	}
+	return false
+}
+
+func (x *RetentionPreview) GetEvaluatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EvaluatedAt
+	}
+	return nil
+}
+
+// PreviewRetentionResponse holds the preview.
+type PreviewRetentionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the policy would delete now.
+	Preview       *RetentionPreview `protobuf:"bytes,1,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewRetentionResponse) Reset() {
+	*x = PreviewRetentionResponse{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewRetentionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewRetentionResponse) ProtoMessage() {}
+
+func (x *PreviewRetentionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewRetentionResponse.ProtoReflect.Descriptor instead.
+func (*PreviewRetentionResponse) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PreviewRetentionResponse) GetPreview() *RetentionPreview {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+// AuditRecord says who deleted or pruned what, when, and how it ended.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant whose data it was.
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The record's id.
+	RecordId string `protobuf:"bytes,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// Who: a token's subject, "janitor" or "platform-admin".
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The role it acted with.
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// What: delete_instance, delete_instances, prune_executions,
+	// prune_executions_bulk, retention, graceful_delete, erase_tenant.
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// The request, as JSON: ids or filter, force, options, policy.
+	RequestJson string `protobuf:"bytes,6,opt,name=request_json,json=requestJson,proto3" json:"request_json,omitempty"`
+	// What went: instances (descendants included), executions, history
+	// events, and for an erasure rows of every table.
+	Instances  int64 `protobuf:"varint,7,opt,name=instances,proto3" json:"instances,omitempty"`
+	Executions int64 `protobuf:"varint,8,opt,name=executions,proto3" json:"executions,omitempty"`
+	Events     int64 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
+	Rows       int64 `protobuf:"varint,10,opt,name=rows,proto3" json:"rows,omitempty"`
+	// True when the work is done; false when more is left for another call
+	// or run.
+	Complete bool `protobuf:"varint,11,opt,name=complete,proto3" json:"complete,omitempty"`
+	// When it started, and when it finished: unset for work that did not
+	// finish (it goes on, or it was cut short and will be resumed).
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// Why it failed.
+	Error         string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AuditRecord) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRecordId() string {
+	if x != nil {
+		return x.RecordId
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetRequestJson() string {
+	if x != nil {
+		return x.RequestJson
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetInstances() int64 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetExecutions() int64 {
+	if x != nil {
+		return x.Executions
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetEvents() int64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *AuditRecord) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ListAuditRecordsRequest asks for a page of the tenant's audit log.
+type ListAuditRecordsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only records of this action; empty: all.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Only records that started at or after this time.
+	StartedAfter *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=started_after,json=startedAfter,proto3" json:"started_after,omitempty"`
+	// Only records that started before this time.
+	StartedBefore *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_before,json=startedBefore,proto3" json:"started_before,omitempty"`
+	// The most records to return (0 to 1000; 0: 100).
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsRequest) Reset() {
+	*x = ListAuditRecordsRequest{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsRequest) ProtoMessage() {}
+
+func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListAuditRecordsRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetStartedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAfter
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsRequest) GetStartedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedBefore
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditRecordsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAuditRecordsResponse is a page of audit records.
+type ListAuditRecordsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The records, newest first.
+	Records []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// The token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsResponse) Reset() {
+	*x = ListAuditRecordsResponse{}
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsResponse) ProtoMessage() {}
+
+func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orchard_v1_tenant_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_orchard_v1_tenant_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_orchard_v1_tenant_service_proto protoreflect.FileDescriptor
 
 const file_orchard_v1_tenant_service_proto_rawDesc = "" +
@@ -793,12 +1400,73 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\x06limits\x18\x01 \x01(\v2\x12.orchard.v1.LimitsR\x06limits\"\x11\n" +
 	"\x0fGetUsageRequest\";\n" +
 	"\x10GetUsageResponse\x12'\n" +
-	"\x05usage\x18\x01 \x01(\v2\x11.orchard.v1.UsageR\x05usage2\xea\x02\n" +
+	"\x05usage\x18\x01 \x01(\v2\x11.orchard.v1.UsageR\x05usage\"N\n" +
+	"\x17PreviewRetentionRequest\x123\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1b.orchard.v1.RetentionPolicyR\x06policy\"\xb5\x01\n" +
+	"\x15RetentionPreviewGroup\x122\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x1a.orchard.v1.InstanceStatusR\x06status\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tinstances\x18\x03 \x01(\x03R\tinstances\x12\x1e\n" +
+	"\n" +
+	"executions\x18\x04 \x01(\x03R\n" +
+	"executions\x12\x16\n" +
+	"\x06events\x18\x05 \x01(\x03R\x06events\"\x98\x04\n" +
+	"\x10RetentionPreview\x12\x1c\n" +
+	"\tinstances\x18\x01 \x01(\x03R\tinstances\x12\x1e\n" +
+	"\n" +
+	"executions\x18\x02 \x01(\x03R\n" +
+	"executions\x12\x16\n" +
+	"\x06events\x18\x03 \x01(\x03R\x06events\x129\n" +
+	"\x06groups\x18\x04 \x03(\v2!.orchard.v1.RetentionPreviewGroupR\x06groups\x12)\n" +
+	"\x10pruned_instances\x18\x05 \x01(\x03R\x0fprunedInstances\x12+\n" +
+	"\x11pruned_executions\x18\x06 \x01(\x03R\x10prunedExecutions\x12#\n" +
+	"\rpruned_events\x18\a \x01(\x03R\fprunedEvents\x12J\n" +
+	"\x13oldest_completed_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11oldestCompletedAt\x12J\n" +
+	"\x13newest_completed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x11newestCompletedAt\x12\x1f\n" +
+	"\vlower_bound\x18\n" +
+	" \x01(\bR\n" +
+	"lowerBound\x12=\n" +
+	"\fevaluated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vevaluatedAt\"R\n" +
+	"\x18PreviewRetentionResponse\x126\n" +
+	"\apreview\x18\x01 \x01(\v2\x1c.orchard.v1.RetentionPreviewR\apreview\"\xc0\x03\n" +
+	"\vAuditRecord\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
+	"\trecord_id\x18\x02 \x01(\tR\brecordId\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12!\n" +
+	"\frequest_json\x18\x06 \x01(\tR\vrequestJson\x12\x1c\n" +
+	"\tinstances\x18\a \x01(\x03R\tinstances\x12\x1e\n" +
+	"\n" +
+	"executions\x18\b \x01(\x03R\n" +
+	"executions\x12\x16\n" +
+	"\x06events\x18\t \x01(\x03R\x06events\x12\x12\n" +
+	"\x04rows\x18\n" +
+	" \x01(\x03R\x04rows\x12\x1a\n" +
+	"\bcomplete\x18\v \x01(\bR\bcomplete\x129\n" +
+	"\n" +
+	"started_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x14\n" +
+	"\x05error\x18\x0e \x01(\tR\x05error\"\x87\x03\n" +
+	"\x17ListAuditRecordsRequest\x12\x95\x01\n" +
+	"\x06action\x18\x01 \x01(\tB}\xbaHzrxR\x00R\x0fdelete_instanceR\x10delete_instancesR\x10prune_executionsR\x15prune_executions_bulkR\tretentionR\x0fgraceful_deleteR\ferase_tenantR\x06action\x12?\n" +
+	"\rstarted_after\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fstartedAfter\x12A\n" +
+	"\x0estarted_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rstartedBefore\x12'\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x10R\tpageToken\"u\n" +
+	"\x18ListAuditRecordsResponse\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.orchard.v1.AuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xa8\x04\n" +
 	"\rTenantService\x12c\n" +
 	"\x12GetRetentionPolicy\x12%.orchard.v1.GetRetentionPolicyRequest\x1a&.orchard.v1.GetRetentionPolicyResponse\x12c\n" +
 	"\x12SetRetentionPolicy\x12%.orchard.v1.SetRetentionPolicyRequest\x1a&.orchard.v1.SetRetentionPolicyResponse\x12H\n" +
 	"\tGetLimits\x12\x1c.orchard.v1.GetLimitsRequest\x1a\x1d.orchard.v1.GetLimitsResponse\x12E\n" +
-	"\bGetUsage\x12\x1b.orchard.v1.GetUsageRequest\x1a\x1c.orchard.v1.GetUsageResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
+	"\bGetUsage\x12\x1b.orchard.v1.GetUsageRequest\x1a\x1c.orchard.v1.GetUsageResponse\x12]\n" +
+	"\x10PreviewRetention\x12#.orchard.v1.PreviewRetentionRequest\x1a$.orchard.v1.PreviewRetentionResponse\x12]\n" +
+	"\x10ListAuditRecords\x12#.orchard.v1.ListAuditRecordsRequest\x1a$.orchard.v1.ListAuditRecordsResponseB9Z7github.com/orchardhq/orchard/proto/orchard/v1;orchardv1b\x06proto3"
 
 var (
 	file_orchard_v1_tenant_service_proto_rawDescOnce sync.Once
@@ -812,7 +1480,7 @@ func file_orchard_v1_tenant_service_proto_rawDescGZIP() []byte {
 	return file_orchard_v1_tenant_service_proto_rawDescData
 }
 
-var file_orchard_v1_tenant_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_orchard_v1_tenant_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_orchard_v1_tenant_service_proto_goTypes = []any{
 	(*RetentionRule)(nil),              // 0: orchard.v1.RetentionRule
 	(*ContinueAsNewRetention)(nil),     // 1: orchard.v1.ContinueAsNewRetention
@@ -827,40 +1495,64 @@ var file_orchard_v1_tenant_service_proto_goTypes = []any{
 	(*GetLimitsResponse)(nil),          // 10: orchard.v1.GetLimitsResponse
 	(*GetUsageRequest)(nil),            // 11: orchard.v1.GetUsageRequest
 	(*GetUsageResponse)(nil),           // 12: orchard.v1.GetUsageResponse
-	nil,                                // 13: orchard.v1.RetentionPolicy.RulesByNameEntry
-	(*durationpb.Duration)(nil),        // 14: google.protobuf.Duration
-	(*StatusCounts)(nil),               // 15: orchard.v1.StatusCounts
-	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*PreviewRetentionRequest)(nil),    // 13: orchard.v1.PreviewRetentionRequest
+	(*RetentionPreviewGroup)(nil),      // 14: orchard.v1.RetentionPreviewGroup
+	(*RetentionPreview)(nil),           // 15: orchard.v1.RetentionPreview
+	(*PreviewRetentionResponse)(nil),   // 16: orchard.v1.PreviewRetentionResponse
+	(*AuditRecord)(nil),                // 17: orchard.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),    // 18: orchard.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),   // 19: orchard.v1.ListAuditRecordsResponse
+	nil,                                // 20: orchard.v1.RetentionPolicy.RulesByNameEntry
+	(*durationpb.Duration)(nil),        // 21: google.protobuf.Duration
+	(*StatusCounts)(nil),               // 22: orchard.v1.StatusCounts
+	(*timestamppb.Timestamp)(nil),      // 23: google.protobuf.Timestamp
+	(InstanceStatus)(0),                // 24: orchard.v1.InstanceStatus
 }
 var file_orchard_v1_tenant_service_proto_depIdxs = []int32{
-	14, // 0: orchard.v1.RetentionRule.completed:type_name -> google.protobuf.Duration
-	14, // 1: orchard.v1.RetentionRule.failed:type_name -> google.protobuf.Duration
-	14, // 2: orchard.v1.RetentionRule.cancelled:type_name -> google.protobuf.Duration
+	21, // 0: orchard.v1.RetentionRule.completed:type_name -> google.protobuf.Duration
+	21, // 1: orchard.v1.RetentionRule.failed:type_name -> google.protobuf.Duration
+	21, // 2: orchard.v1.RetentionRule.cancelled:type_name -> google.protobuf.Duration
 	1,  // 3: orchard.v1.RetentionRule.continue_as_new:type_name -> orchard.v1.ContinueAsNewRetention
-	14, // 4: orchard.v1.ContinueAsNewRetention.max_age:type_name -> google.protobuf.Duration
+	21, // 4: orchard.v1.ContinueAsNewRetention.max_age:type_name -> google.protobuf.Duration
 	0,  // 5: orchard.v1.RetentionPolicy.default_rule:type_name -> orchard.v1.RetentionRule
-	13, // 6: orchard.v1.RetentionPolicy.rules_by_name:type_name -> orchard.v1.RetentionPolicy.RulesByNameEntry
-	15, // 7: orchard.v1.Usage.instances:type_name -> orchard.v1.StatusCounts
-	16, // 8: orchard.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
+	20, // 6: orchard.v1.RetentionPolicy.rules_by_name:type_name -> orchard.v1.RetentionPolicy.RulesByNameEntry
+	22, // 7: orchard.v1.Usage.instances:type_name -> orchard.v1.StatusCounts
+	23, // 8: orchard.v1.Usage.measured_at:type_name -> google.protobuf.Timestamp
 	2,  // 9: orchard.v1.GetRetentionPolicyResponse.policy:type_name -> orchard.v1.RetentionPolicy
 	2,  // 10: orchard.v1.SetRetentionPolicyRequest.policy:type_name -> orchard.v1.RetentionPolicy
 	2,  // 11: orchard.v1.SetRetentionPolicyResponse.policy:type_name -> orchard.v1.RetentionPolicy
 	3,  // 12: orchard.v1.GetLimitsResponse.limits:type_name -> orchard.v1.Limits
 	4,  // 13: orchard.v1.GetUsageResponse.usage:type_name -> orchard.v1.Usage
-	0,  // 14: orchard.v1.RetentionPolicy.RulesByNameEntry.value:type_name -> orchard.v1.RetentionRule
-	5,  // 15: orchard.v1.TenantService.GetRetentionPolicy:input_type -> orchard.v1.GetRetentionPolicyRequest
-	7,  // 16: orchard.v1.TenantService.SetRetentionPolicy:input_type -> orchard.v1.SetRetentionPolicyRequest
-	9,  // 17: orchard.v1.TenantService.GetLimits:input_type -> orchard.v1.GetLimitsRequest
-	11, // 18: orchard.v1.TenantService.GetUsage:input_type -> orchard.v1.GetUsageRequest
-	6,  // 19: orchard.v1.TenantService.GetRetentionPolicy:output_type -> orchard.v1.GetRetentionPolicyResponse
-	8,  // 20: orchard.v1.TenantService.SetRetentionPolicy:output_type -> orchard.v1.SetRetentionPolicyResponse
-	10, // 21: orchard.v1.TenantService.GetLimits:output_type -> orchard.v1.GetLimitsResponse
-	12, // 22: orchard.v1.TenantService.GetUsage:output_type -> orchard.v1.GetUsageResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 14: orchard.v1.PreviewRetentionRequest.policy:type_name -> orchard.v1.RetentionPolicy
+	24, // 15: orchard.v1.RetentionPreviewGroup.status:type_name -> orchard.v1.InstanceStatus
+	14, // 16: orchard.v1.RetentionPreview.groups:type_name -> orchard.v1.RetentionPreviewGroup
+	23, // 17: orchard.v1.RetentionPreview.oldest_completed_at:type_name -> google.protobuf.Timestamp
+	23, // 18: orchard.v1.RetentionPreview.newest_completed_at:type_name -> google.protobuf.Timestamp
+	23, // 19: orchard.v1.RetentionPreview.evaluated_at:type_name -> google.protobuf.Timestamp
+	15, // 20: orchard.v1.PreviewRetentionResponse.preview:type_name -> orchard.v1.RetentionPreview
+	23, // 21: orchard.v1.AuditRecord.started_at:type_name -> google.protobuf.Timestamp
+	23, // 22: orchard.v1.AuditRecord.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 23: orchard.v1.ListAuditRecordsRequest.started_after:type_name -> google.protobuf.Timestamp
+	23, // 24: orchard.v1.ListAuditRecordsRequest.started_before:type_name -> google.protobuf.Timestamp
+	17, // 25: orchard.v1.ListAuditRecordsResponse.records:type_name -> orchard.v1.AuditRecord
+	0,  // 26: orchard.v1.RetentionPolicy.RulesByNameEntry.value:type_name -> orchard.v1.RetentionRule
+	5,  // 27: orchard.v1.TenantService.GetRetentionPolicy:input_type -> orchard.v1.GetRetentionPolicyRequest
+	7,  // 28: orchard.v1.TenantService.SetRetentionPolicy:input_type -> orchard.v1.SetRetentionPolicyRequest
+	9,  // 29: orchard.v1.TenantService.GetLimits:input_type -> orchard.v1.GetLimitsRequest
+	11, // 30: orchard.v1.TenantService.GetUsage:input_type -> orchard.v1.GetUsageRequest
+	13, // 31: orchard.v1.TenantService.PreviewRetention:input_type -> orchard.v1.PreviewRetentionRequest
+	18, // 32: orchard.v1.TenantService.ListAuditRecords:input_type -> orchard.v1.ListAuditRecordsRequest
+	6,  // 33: orchard.v1.TenantService.GetRetentionPolicy:output_type -> orchard.v1.GetRetentionPolicyResponse
+	8,  // 34: orchard.v1.TenantService.SetRetentionPolicy:output_type -> orchard.v1.SetRetentionPolicyResponse
+	10, // 35: orchard.v1.TenantService.GetLimits:output_type -> orchard.v1.GetLimitsResponse
+	12, // 36: orchard.v1.TenantService.GetUsage:output_type -> orchard.v1.GetUsageResponse
+	16, // 37: orchard.v1.TenantService.PreviewRetention:output_type -> orchard.v1.PreviewRetentionResponse
+	19, // 38: orchard.v1.TenantService.ListAuditRecords:output_type -> orchard.v1.ListAuditRecordsResponse
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_orchard_v1_tenant_service_proto_init() }
@@ -876,7 +1568,7 @@ func file_orchard_v1_tenant_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orchard_v1_tenant_service_proto_rawDesc), len(file_orchard_v1_tenant_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

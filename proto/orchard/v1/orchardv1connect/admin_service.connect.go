@@ -54,6 +54,12 @@ const (
 	// AdminServiceTriggerRetentionProcedure is the fully-qualified name of the AdminService's
 	// TriggerRetention RPC.
 	AdminServiceTriggerRetentionProcedure = "/orchard.v1.AdminService/TriggerRetention"
+	// AdminServiceListAuditRecordsProcedure is the fully-qualified name of the AdminService's
+	// ListAuditRecords RPC.
+	AdminServiceListAuditRecordsProcedure = "/orchard.v1.AdminService/ListAuditRecords"
+	// AdminServiceEraseTenantProcedure is the fully-qualified name of the AdminService's EraseTenant
+	// RPC.
+	AdminServiceEraseTenantProcedure = "/orchard.v1.AdminService/EraseTenant"
 )
 
 // AdminServiceClient is a client for the orchard.v1.AdminService service.
@@ -74,6 +80,13 @@ type AdminServiceClient interface {
 	ListJanitorRuns(context.Context, *connect.Request[v1.ListJanitorRunsRequest]) (*connect.Response[v1.ListJanitorRunsResponse], error)
 	// TriggerRetention queues a retention run now, for one tenant or all.
 	TriggerRetention(context.Context, *connect.Request[v1.TriggerRetentionRequest]) (*connect.Response[v1.TriggerRetentionResponse], error)
+	// ListAuditRecords lists the deletion audit log across tenants (or of
+	// one), newest first.
+	ListAuditRecords(context.Context, *connect.Request[v1.AdminServiceListAuditRecordsRequest]) (*connect.Response[v1.AdminServiceListAuditRecordsResponse], error)
+	// EraseTenant erases a tenant for good: it is suspended at once (its
+	// tokens are refused), then the janitor deletes every row it has, in
+	// bounded batches, keeping one audit record that says when and how much.
+	EraseTenant(context.Context, *connect.Request[v1.EraseTenantRequest]) (*connect.Response[v1.EraseTenantResponse], error)
 }
 
 // NewAdminServiceClient constructs a client for the orchard.v1.AdminService service. By default, it
@@ -135,6 +148,18 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("TriggerRetention")),
 			connect.WithClientOptions(opts...),
 		),
+		listAuditRecords: connect.NewClient[v1.AdminServiceListAuditRecordsRequest, v1.AdminServiceListAuditRecordsResponse](
+			httpClient,
+			baseURL+AdminServiceListAuditRecordsProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListAuditRecords")),
+			connect.WithClientOptions(opts...),
+		),
+		eraseTenant: connect.NewClient[v1.EraseTenantRequest, v1.EraseTenantResponse](
+			httpClient,
+			baseURL+AdminServiceEraseTenantProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("EraseTenant")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -148,6 +173,8 @@ type adminServiceClient struct {
 	getUsage         *connect.Client[v1.AdminServiceGetUsageRequest, v1.AdminServiceGetUsageResponse]
 	listJanitorRuns  *connect.Client[v1.ListJanitorRunsRequest, v1.ListJanitorRunsResponse]
 	triggerRetention *connect.Client[v1.TriggerRetentionRequest, v1.TriggerRetentionResponse]
+	listAuditRecords *connect.Client[v1.AdminServiceListAuditRecordsRequest, v1.AdminServiceListAuditRecordsResponse]
+	eraseTenant      *connect.Client[v1.EraseTenantRequest, v1.EraseTenantResponse]
 }
 
 // CreateTenant calls orchard.v1.AdminService.CreateTenant.
@@ -190,6 +217,16 @@ func (c *adminServiceClient) TriggerRetention(ctx context.Context, req *connect.
 	return c.triggerRetention.CallUnary(ctx, req)
 }
 
+// ListAuditRecords calls orchard.v1.AdminService.ListAuditRecords.
+func (c *adminServiceClient) ListAuditRecords(ctx context.Context, req *connect.Request[v1.AdminServiceListAuditRecordsRequest]) (*connect.Response[v1.AdminServiceListAuditRecordsResponse], error) {
+	return c.listAuditRecords.CallUnary(ctx, req)
+}
+
+// EraseTenant calls orchard.v1.AdminService.EraseTenant.
+func (c *adminServiceClient) EraseTenant(ctx context.Context, req *connect.Request[v1.EraseTenantRequest]) (*connect.Response[v1.EraseTenantResponse], error) {
+	return c.eraseTenant.CallUnary(ctx, req)
+}
+
 // AdminServiceHandler is an implementation of the orchard.v1.AdminService service.
 type AdminServiceHandler interface {
 	// CreateTenant creates a tenant. ALREADY_EXISTS when the id is taken.
@@ -208,6 +245,13 @@ type AdminServiceHandler interface {
 	ListJanitorRuns(context.Context, *connect.Request[v1.ListJanitorRunsRequest]) (*connect.Response[v1.ListJanitorRunsResponse], error)
 	// TriggerRetention queues a retention run now, for one tenant or all.
 	TriggerRetention(context.Context, *connect.Request[v1.TriggerRetentionRequest]) (*connect.Response[v1.TriggerRetentionResponse], error)
+	// ListAuditRecords lists the deletion audit log across tenants (or of
+	// one), newest first.
+	ListAuditRecords(context.Context, *connect.Request[v1.AdminServiceListAuditRecordsRequest]) (*connect.Response[v1.AdminServiceListAuditRecordsResponse], error)
+	// EraseTenant erases a tenant for good: it is suspended at once (its
+	// tokens are refused), then the janitor deletes every row it has, in
+	// bounded batches, keeping one audit record that says when and how much.
+	EraseTenant(context.Context, *connect.Request[v1.EraseTenantRequest]) (*connect.Response[v1.EraseTenantResponse], error)
 }
 
 // NewAdminServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -265,6 +309,18 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("TriggerRetention")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListAuditRecordsHandler := connect.NewUnaryHandler(
+		AdminServiceListAuditRecordsProcedure,
+		svc.ListAuditRecords,
+		connect.WithSchema(adminServiceMethods.ByName("ListAuditRecords")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceEraseTenantHandler := connect.NewUnaryHandler(
+		AdminServiceEraseTenantProcedure,
+		svc.EraseTenant,
+		connect.WithSchema(adminServiceMethods.ByName("EraseTenant")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orchard.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AdminServiceCreateTenantProcedure:
@@ -283,6 +339,10 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListJanitorRunsHandler.ServeHTTP(w, r)
 		case AdminServiceTriggerRetentionProcedure:
 			adminServiceTriggerRetentionHandler.ServeHTTP(w, r)
+		case AdminServiceListAuditRecordsProcedure:
+			adminServiceListAuditRecordsHandler.ServeHTTP(w, r)
+		case AdminServiceEraseTenantProcedure:
+			adminServiceEraseTenantHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -322,4 +382,12 @@ func (UnimplementedAdminServiceHandler) ListJanitorRuns(context.Context, *connec
 
 func (UnimplementedAdminServiceHandler) TriggerRetention(context.Context, *connect.Request[v1.TriggerRetentionRequest]) (*connect.Response[v1.TriggerRetentionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.AdminService.TriggerRetention is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListAuditRecords(context.Context, *connect.Request[v1.AdminServiceListAuditRecordsRequest]) (*connect.Response[v1.AdminServiceListAuditRecordsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.AdminService.ListAuditRecords is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) EraseTenant(context.Context, *connect.Request[v1.EraseTenantRequest]) (*connect.Response[v1.EraseTenantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.AdminService.EraseTenant is not implemented"))
 }

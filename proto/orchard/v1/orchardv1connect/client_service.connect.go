@@ -75,6 +75,9 @@ const (
 	// ClientServicePruneExecutionsBulkProcedure is the fully-qualified name of the ClientService's
 	// PruneExecutionsBulk RPC.
 	ClientServicePruneExecutionsBulkProcedure = "/orchard.v1.ClientService/PruneExecutionsBulk"
+	// ClientServiceGetOperationProcedure is the fully-qualified name of the ClientService's
+	// GetOperation RPC.
+	ClientServiceGetOperationProcedure = "/orchard.v1.ClientService/GetOperation"
 )
 
 // ClientServiceClient is a client for the orchard.v1.ClientService service.
@@ -122,6 +125,8 @@ type ClientServiceClient interface {
 	// PruneExecutionsBulk prunes the executions of the instances matching a
 	// filter, in bounded batches.
 	PruneExecutionsBulk(context.Context, *connect.Request[v1.PruneExecutionsBulkRequest]) (*connect.Response[v1.PruneExecutionsBulkResponse], error)
+	// GetOperation reads an operation a graceful delete started.
+	GetOperation(context.Context, *connect.Request[v1.GetOperationRequest]) (*connect.Response[v1.GetOperationResponse], error)
 }
 
 // NewClientServiceClient constructs a client for the orchard.v1.ClientService service. By default,
@@ -219,6 +224,12 @@ func NewClientServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(clientServiceMethods.ByName("PruneExecutionsBulk")),
 			connect.WithClientOptions(opts...),
 		),
+		getOperation: connect.NewClient[v1.GetOperationRequest, v1.GetOperationResponse](
+			httpClient,
+			baseURL+ClientServiceGetOperationProcedure,
+			connect.WithSchema(clientServiceMethods.ByName("GetOperation")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -238,6 +249,7 @@ type clientServiceClient struct {
 	deleteInstances     *connect.Client[v1.DeleteInstancesRequest, v1.DeleteInstancesResponse]
 	pruneExecutions     *connect.Client[v1.PruneExecutionsRequest, v1.PruneExecutionsResponse]
 	pruneExecutionsBulk *connect.Client[v1.PruneExecutionsBulkRequest, v1.PruneExecutionsBulkResponse]
+	getOperation        *connect.Client[v1.GetOperationRequest, v1.GetOperationResponse]
 }
 
 // StartOrchestration calls orchard.v1.ClientService.StartOrchestration.
@@ -310,6 +322,11 @@ func (c *clientServiceClient) PruneExecutionsBulk(ctx context.Context, req *conn
 	return c.pruneExecutionsBulk.CallUnary(ctx, req)
 }
 
+// GetOperation calls orchard.v1.ClientService.GetOperation.
+func (c *clientServiceClient) GetOperation(ctx context.Context, req *connect.Request[v1.GetOperationRequest]) (*connect.Response[v1.GetOperationResponse], error) {
+	return c.getOperation.CallUnary(ctx, req)
+}
+
 // ClientServiceHandler is an implementation of the orchard.v1.ClientService service.
 type ClientServiceHandler interface {
 	// StartOrchestration starts a new instance of a registered definition.
@@ -355,6 +372,8 @@ type ClientServiceHandler interface {
 	// PruneExecutionsBulk prunes the executions of the instances matching a
 	// filter, in bounded batches.
 	PruneExecutionsBulk(context.Context, *connect.Request[v1.PruneExecutionsBulkRequest]) (*connect.Response[v1.PruneExecutionsBulkResponse], error)
+	// GetOperation reads an operation a graceful delete started.
+	GetOperation(context.Context, *connect.Request[v1.GetOperationRequest]) (*connect.Response[v1.GetOperationResponse], error)
 }
 
 // NewClientServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -448,6 +467,12 @@ func NewClientServiceHandler(svc ClientServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(clientServiceMethods.ByName("PruneExecutionsBulk")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clientServiceGetOperationHandler := connect.NewUnaryHandler(
+		ClientServiceGetOperationProcedure,
+		svc.GetOperation,
+		connect.WithSchema(clientServiceMethods.ByName("GetOperation")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orchard.v1.ClientService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClientServiceStartOrchestrationProcedure:
@@ -478,6 +503,8 @@ func NewClientServiceHandler(svc ClientServiceHandler, opts ...connect.HandlerOp
 			clientServicePruneExecutionsHandler.ServeHTTP(w, r)
 		case ClientServicePruneExecutionsBulkProcedure:
 			clientServicePruneExecutionsBulkHandler.ServeHTTP(w, r)
+		case ClientServiceGetOperationProcedure:
+			clientServiceGetOperationHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -541,4 +568,8 @@ func (UnimplementedClientServiceHandler) PruneExecutions(context.Context, *conne
 
 func (UnimplementedClientServiceHandler) PruneExecutionsBulk(context.Context, *connect.Request[v1.PruneExecutionsBulkRequest]) (*connect.Response[v1.PruneExecutionsBulkResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.ClientService.PruneExecutionsBulk is not implemented"))
+}
+
+func (UnimplementedClientServiceHandler) GetOperation(context.Context, *connect.Request[v1.GetOperationRequest]) (*connect.Response[v1.GetOperationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.ClientService.GetOperation is not implemented"))
 }

@@ -43,6 +43,12 @@ const (
 	TenantServiceGetLimitsProcedure = "/orchard.v1.TenantService/GetLimits"
 	// TenantServiceGetUsageProcedure is the fully-qualified name of the TenantService's GetUsage RPC.
 	TenantServiceGetUsageProcedure = "/orchard.v1.TenantService/GetUsage"
+	// TenantServicePreviewRetentionProcedure is the fully-qualified name of the TenantService's
+	// PreviewRetention RPC.
+	TenantServicePreviewRetentionProcedure = "/orchard.v1.TenantService/PreviewRetention"
+	// TenantServiceListAuditRecordsProcedure is the fully-qualified name of the TenantService's
+	// ListAuditRecords RPC.
+	TenantServiceListAuditRecordsProcedure = "/orchard.v1.TenantService/ListAuditRecords"
 )
 
 // TenantServiceClient is a client for the orchard.v1.TenantService service.
@@ -56,6 +62,14 @@ type TenantServiceClient interface {
 	GetLimits(context.Context, *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error)
 	// GetUsage reads what the tenant stores now.
 	GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error)
+	// PreviewRetention tells what a retention policy (the tenant's own when
+	// none is given) would delete if the janitor ran now. It deletes
+	// nothing, and stops counting past a cap or a time limit (then the
+	// figures are lower bounds).
+	PreviewRetention(context.Context, *connect.Request[v1.PreviewRetentionRequest]) (*connect.Response[v1.PreviewRetentionResponse], error)
+	// ListAuditRecords lists the tenant's deletion audit log, newest first:
+	// every delete and prune, by the API, the janitor or an erasure.
+	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
 }
 
 // NewTenantServiceClient constructs a client for the orchard.v1.TenantService service. By default,
@@ -93,6 +107,18 @@ func NewTenantServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(tenantServiceMethods.ByName("GetUsage")),
 			connect.WithClientOptions(opts...),
 		),
+		previewRetention: connect.NewClient[v1.PreviewRetentionRequest, v1.PreviewRetentionResponse](
+			httpClient,
+			baseURL+TenantServicePreviewRetentionProcedure,
+			connect.WithSchema(tenantServiceMethods.ByName("PreviewRetention")),
+			connect.WithClientOptions(opts...),
+		),
+		listAuditRecords: connect.NewClient[v1.ListAuditRecordsRequest, v1.ListAuditRecordsResponse](
+			httpClient,
+			baseURL+TenantServiceListAuditRecordsProcedure,
+			connect.WithSchema(tenantServiceMethods.ByName("ListAuditRecords")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -102,6 +128,8 @@ type tenantServiceClient struct {
 	setRetentionPolicy *connect.Client[v1.SetRetentionPolicyRequest, v1.SetRetentionPolicyResponse]
 	getLimits          *connect.Client[v1.GetLimitsRequest, v1.GetLimitsResponse]
 	getUsage           *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
+	previewRetention   *connect.Client[v1.PreviewRetentionRequest, v1.PreviewRetentionResponse]
+	listAuditRecords   *connect.Client[v1.ListAuditRecordsRequest, v1.ListAuditRecordsResponse]
 }
 
 // GetRetentionPolicy calls orchard.v1.TenantService.GetRetentionPolicy.
@@ -124,6 +152,16 @@ func (c *tenantServiceClient) GetUsage(ctx context.Context, req *connect.Request
 	return c.getUsage.CallUnary(ctx, req)
 }
 
+// PreviewRetention calls orchard.v1.TenantService.PreviewRetention.
+func (c *tenantServiceClient) PreviewRetention(ctx context.Context, req *connect.Request[v1.PreviewRetentionRequest]) (*connect.Response[v1.PreviewRetentionResponse], error) {
+	return c.previewRetention.CallUnary(ctx, req)
+}
+
+// ListAuditRecords calls orchard.v1.TenantService.ListAuditRecords.
+func (c *tenantServiceClient) ListAuditRecords(ctx context.Context, req *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error) {
+	return c.listAuditRecords.CallUnary(ctx, req)
+}
+
 // TenantServiceHandler is an implementation of the orchard.v1.TenantService service.
 type TenantServiceHandler interface {
 	// GetRetentionPolicy reads the tenant's retention policy.
@@ -135,6 +173,14 @@ type TenantServiceHandler interface {
 	GetLimits(context.Context, *connect.Request[v1.GetLimitsRequest]) (*connect.Response[v1.GetLimitsResponse], error)
 	// GetUsage reads what the tenant stores now.
 	GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error)
+	// PreviewRetention tells what a retention policy (the tenant's own when
+	// none is given) would delete if the janitor ran now. It deletes
+	// nothing, and stops counting past a cap or a time limit (then the
+	// figures are lower bounds).
+	PreviewRetention(context.Context, *connect.Request[v1.PreviewRetentionRequest]) (*connect.Response[v1.PreviewRetentionResponse], error)
+	// ListAuditRecords lists the tenant's deletion audit log, newest first:
+	// every delete and prune, by the API, the janitor or an erasure.
+	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
 }
 
 // NewTenantServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -168,6 +214,18 @@ func NewTenantServiceHandler(svc TenantServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(tenantServiceMethods.ByName("GetUsage")),
 		connect.WithHandlerOptions(opts...),
 	)
+	tenantServicePreviewRetentionHandler := connect.NewUnaryHandler(
+		TenantServicePreviewRetentionProcedure,
+		svc.PreviewRetention,
+		connect.WithSchema(tenantServiceMethods.ByName("PreviewRetention")),
+		connect.WithHandlerOptions(opts...),
+	)
+	tenantServiceListAuditRecordsHandler := connect.NewUnaryHandler(
+		TenantServiceListAuditRecordsProcedure,
+		svc.ListAuditRecords,
+		connect.WithSchema(tenantServiceMethods.ByName("ListAuditRecords")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orchard.v1.TenantService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TenantServiceGetRetentionPolicyProcedure:
@@ -178,6 +236,10 @@ func NewTenantServiceHandler(svc TenantServiceHandler, opts ...connect.HandlerOp
 			tenantServiceGetLimitsHandler.ServeHTTP(w, r)
 		case TenantServiceGetUsageProcedure:
 			tenantServiceGetUsageHandler.ServeHTTP(w, r)
+		case TenantServicePreviewRetentionProcedure:
+			tenantServicePreviewRetentionHandler.ServeHTTP(w, r)
+		case TenantServiceListAuditRecordsProcedure:
+			tenantServiceListAuditRecordsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -201,4 +263,12 @@ func (UnimplementedTenantServiceHandler) GetLimits(context.Context, *connect.Req
 
 func (UnimplementedTenantServiceHandler) GetUsage(context.Context, *connect.Request[v1.GetUsageRequest]) (*connect.Response[v1.GetUsageResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.TenantService.GetUsage is not implemented"))
+}
+
+func (UnimplementedTenantServiceHandler) PreviewRetention(context.Context, *connect.Request[v1.PreviewRetentionRequest]) (*connect.Response[v1.PreviewRetentionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.TenantService.PreviewRetention is not implemented"))
+}
+
+func (UnimplementedTenantServiceHandler) ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orchard.v1.TenantService.ListAuditRecords is not implemented"))
 }
