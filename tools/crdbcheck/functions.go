@@ -30,6 +30,7 @@ type signature struct {
 var functions = map[string][]signature{
 	// Aggregate functions.
 	"array_agg": {{params: []string{"anyelement"}, result: "=array0"}},
+	"bool_and":  {{params: []string{"bool"}, result: "bool"}},
 	"bool_or":   {{params: []string{"bool"}, result: "bool"}},
 	"count": {
 		{params: []string{"*"}, result: "int"},
@@ -59,6 +60,8 @@ var functions = map[string][]signature{
 	},
 	// JSONB functions.
 	"jsonb_each_text": {{params: []string{"jsonb"}, result: "tuple"}},
+	// jsonb_build_object(anyelement...): alternating keys and values.
+	"jsonb_build_object": {{params: []string{"anyelement"}, variadic: true, result: "jsonb"}},
 	// ID generation functions.
 	"gen_random_uuid": {{result: "uuid"}},
 	// System info functions (schema.IsCockroach tells the servers apart).

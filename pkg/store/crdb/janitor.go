@@ -90,7 +90,7 @@ func (s *Store) SummarizeTrees(ctx context.Context, p *store.SummarizeTreesParam
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		rows, err := s.pool.Query(ctx, `
-SELECT root_instance_id, count(*), sum(execution_count), sum(event_count),
+SELECT root_instance_id, count(*), sum(execution_count)::INT8, sum(event_count)::INT8,
 	bool_and(status IN ('Completed', 'Failed', 'Cancelled') OR deleting)
 FROM instances WHERE tenant_id = $1 AND root_instance_id = ANY($2::TEXT[])
 GROUP BY root_instance_id`, p.TenantID, p.RootIDs)
@@ -166,7 +166,7 @@ func (s *Store) CountPrunable(ctx context.Context, p *store.CountPrunableParams)
 	}
 	err := s.retry(ctx, func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, `
-SELECT count(DISTINCT e.instance_id), count(*), COALESCE(sum(e.event_count), 0)
+SELECT count(DISTINCT e.instance_id), count(*), COALESCE(sum(e.event_count), 0)::INT8
 FROM instances i
 JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting
