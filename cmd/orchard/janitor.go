@@ -105,7 +105,7 @@ func openRiverPool(ctx context.Context, tel *telemetry.Telemetry, main *pgxpool.
 		return nil, err
 	}
 	if cockroach {
-		return nil, errors.New("River needs PostgreSQL and the database is CockroachDB: set ORCHARD_RIVER_DATABASE_URL")
+		return nil, errors.New("the janitor's River queue needs PostgreSQL and the database is CockroachDB: set ORCHARD_RIVER_DATABASE_URL")
 	}
 	return main, nil
 }

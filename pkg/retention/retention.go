@@ -9,8 +9,12 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -37,9 +41,15 @@ type Options struct {
 	// Deadline stops the work between batches; zero: none. What is left is
 	// reported as incomplete.
 	Deadline time.Time
-	// OnBatch, when set, sees the counts of each batch as it commits.
+	// OnBatch, when set, sees the counts of each batch as it commits; its
+	// calls never overlap.
 	OnBatch func(Result)
 }
+
+// deleteConcurrency is how many bulk deletes run at once: the database
+// does the work, statement by statement on one backend each, and two keep
+// a two-core server busy while the next page of candidates is read.
+const deleteConcurrency = 2
 
 func (o *Options) pageSize() int {
 	if o.PageSize <= 0 {
@@ -75,21 +85,32 @@ func (r Result) Events() int64 { return r.Deleted.EventsDeleted + r.Pruned.Event
 // chains it trims, until nothing is left or the deadline passes.
 func Apply(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o Options) (Result, error) {
 	var total Result
+	var mu sync.Mutex
 	report := func(r Result) {
+		mu.Lock()
+		defer mu.Unlock()
 		total.add(r)
 		if o.OnBatch != nil {
 			o.OnBatch(r)
 		}
 	}
-	complete, err := forEachExpired(ctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
-		res, err := s.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
-			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids(batch)}, Limit: len(batch),
+	// Batches are disjoint sets of roots, so their deletes run side by side.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(deleteConcurrency)
+	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
+		roots := ids(batch)
+		g.Go(func() error {
+			res, err := s.DeleteInstanceBulk(gctx, &store.DeleteInstanceBulkParams{
+				TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: roots}, Limit: len(roots),
+			})
+			if res != nil {
+				report(Result{Deleted: res.DeleteResult})
+			}
+			return err
 		})
-		if res != nil {
-			report(Result{Deleted: res.DeleteResult})
-		}
-		return err
+		return nil
 	})
+	err = errors.Join(err, g.Wait())
 	if err != nil || !complete {
 		return total, err
 	}

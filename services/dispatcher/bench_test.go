@@ -4,15 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/retention"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/services/dispatcher"
@@ -217,4 +223,113 @@ func percentile(v []float64, p float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[min(int(p*float64(len(s))), len(s)-1)]
+}
+
+// BenchmarkOrchestrationsBesideJanitor measures what a janitor purging at
+// full speed costs the orchestrations of another tenant on the same
+// database: W (as BenchmarkOrchestrations, one shape) and the latency at a
+// fixed pace, with the janitor idle and then purging, side by side in one
+// run. The purge is the retention job's code (pkg/retention) over a tenant
+// of ORCHARD_BENCH_PURGE_INSTANCES expired instances (200,000 by default),
+// ten history events each; it must outlast the measurement.
+//
+//	go test -run='^$' -bench=BesideJanitor -benchtime=3000x -timeout 30m ./services/dispatcher/
+func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
+	shape := benchShape{8, 16, 8}
+	purgeSize := 200_000
+	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_PURGE_INSTANCES")); err == nil && v > 0 {
+		purgeSize = v
+	}
+	janitor := map[bool]string{false: "idle", true: "purging"}
+	var idleRate float64
+	for _, purging := range []bool{false, true} {
+		b.Run("throughput/janitor="+janitor[purging], func(b *testing.B) {
+			bs := newBenchSystem(b, shape)
+			b.StopTimer()
+			bs.startMany(b.N)
+			stop := bs.purge(purging, purgeSize)
+			b.StartTimer()
+			start := time.Now()
+			bs.run()
+			bs.waitTurns(2 * int64(b.N))
+			elapsed := time.Since(start)
+			b.StopTimer()
+			purged := stop()
+			bs.stop()
+			rate := float64(b.N) / elapsed.Seconds()
+			if !purging {
+				idleRate = rate
+			}
+			b.ReportMetric(rate, "orchestrations/s")
+			b.ReportMetric(purged, "purged-events/s")
+		})
+	}
+	for _, purging := range []bool{false, true} {
+		b.Run("latency/janitor="+janitor[purging], func(b *testing.B) {
+			if idleRate == 0 {
+				b.Fatal("run with the throughput benchmarks first")
+			}
+			bs := newBenchSystem(b, shape)
+			stop := bs.purge(purging, purgeSize)
+			bs.run()
+			b.ResetTimer()
+			pace := time.NewTicker(time.Duration(float64(time.Second) / (idleRate / 2)))
+			defer pace.Stop()
+			for i := range b.N {
+				<-pace.C
+				bs.startOne(i)
+			}
+			bs.waitTurns(2 * int64(b.N))
+			b.StopTimer()
+			purged := stop()
+			bs.stop()
+			lat := bs.latencies()
+			b.ReportMetric(idleRate/2, "offered/s")
+			b.ReportMetric(percentile(lat, 0.50), "p50-ms")
+			b.ReportMetric(percentile(lat, 0.99), "p99-ms")
+			b.ReportMetric(purged, "purged-events/s")
+		})
+	}
+}
+
+// purge loads n expired instances of another tenant into the benchmark's
+// database and, when on, purges them with the janitor's code until the
+// returned stop is called, which reports the purge rate (events/s).
+func (bs *benchSystem) purge(on bool, n int) (stop func() float64) {
+	if !on {
+		return func() float64 { return 0 }
+	}
+	ctx := bs.b.Context()
+	pool, err := pgxpool.New(ctx, bs.url)
+	if err != nil {
+		bs.b.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := datagen.Generate(ctx, pool, datagen.Spec{
+		Tenants: []string{"bulk"}, InstancesPerTenant: n, EventsPerExecution: 10, Completed: 1,
+		Start: now.Add(-24 * time.Hour), Spread: time.Hour, Seed: 9,
+	}); err != nil {
+		bs.b.Fatal(err)
+	}
+	if err := datagen.Analyze(ctx, pool); err != nil {
+		bs.b.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan retention.Result, 1)
+	started := time.Now()
+	go func() {
+		res, _ := retention.Apply(pctx, crdb.New(pool, crdb.Options{}), "bulk",
+			store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}, retention.Options{Now: now})
+		done <- res
+	}()
+	return func() float64 {
+		cancel()
+		res := <-done
+		elapsed := time.Since(started)
+		pool.Close()
+		if res.Complete {
+			bs.b.Logf("the purge ended before the measurement: give ORCHARD_BENCH_PURGE_INSTANCES more than %d", n)
+		}
+		return float64(res.Events()) / elapsed.Seconds()
+	}
 }
