@@ -18,7 +18,7 @@ import (
 func janitorCommand() *cobra.Command {
 	var (
 		url, riverURL, opsAddr string
-		interval, budget       time.Duration
+		interval, budget, keep time.Duration
 		workers                int
 	)
 	cmd := &cobra.Command{
@@ -63,7 +63,7 @@ the main database (schema "river"). Create them with ` + "`orchard migrate`" + `
 			}
 			j, err := janitor.New(janitor.Config{
 				Store: crdb.New(pool, crdb.Options{}), RiverPool: riverPool, Interval: interval, JobBudget: budget,
-				Workers: workers, Metrics: metrics, TracerProvider: tel.TracerProvider,
+				Workers: workers, AuditRetention: keep, Metrics: metrics, TracerProvider: tel.TracerProvider,
 			})
 			if err != nil {
 				return err
@@ -90,6 +90,8 @@ the main database (schema "river"). Create them with ` + "`orchard migrate`" + `
 	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics and /healthz (env ORCHARD_OPS_ADDR; empty: none)")
 	f.DurationVar(&interval, "interval", envDuration("ORCHARD_JANITOR_INTERVAL", 5*time.Minute), "how often retention jobs are queued (env ORCHARD_JANITOR_INTERVAL)")
 	f.DurationVar(&budget, "job-budget", envDuration("ORCHARD_JANITOR_JOB_BUDGET", 30*time.Second), "how long one job works before it yields (env ORCHARD_JANITOR_JOB_BUDGET)")
+	f.DurationVar(&keep, "audit-retention", envDuration("ORCHARD_JANITOR_AUDIT_RETENTION", 90*24*time.Hour),
+		"how long deletion audit records are kept; erasure tombstones are kept for good (env ORCHARD_JANITOR_AUDIT_RETENTION)")
 	f.IntVar(&workers, "workers", envInt("ORCHARD_JANITOR_WORKERS", 4), "jobs worked at once by this process (env ORCHARD_JANITOR_WORKERS)")
 	return cmd
 }

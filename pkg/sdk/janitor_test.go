@@ -80,6 +80,16 @@ func TestSystemJanitor(t *testing.T) {
 		require.NoError(t, c.RaiseEvent(ctx, id, "go", map[string]any{"id": id}))
 		waitEnd(t, c, id)
 	}
+	// Deletes through the API are in the audit log too.
+	_, err = c.Start(ctx, "waiter", nil, sdk.WithInstanceID("gone"))
+	require.NoError(t, err)
+	require.NoError(t, c.RaiseEvent(ctx, "gone", "go", nil))
+	waitEnd(t, c, "gone")
+	_, err = c.Delete(ctx, "gone", false)
+	require.NoError(t, err)
+	_, err = c.DeleteMany(ctx, sdk.DeleteSelection{InstanceIDs: []string{"nobody"}})
+	require.NoError(t, err)
+
 	tc := s.tenantClient()
 	zero := time.Duration(0)
 	_, err = tc.SetRetentionPolicy(ctx, sdk.RetentionPolicy{Default: sdk.RetentionRule{Completed: &zero}})
@@ -124,11 +134,16 @@ func TestSystemJanitor(t *testing.T) {
 	require.Zero(t, n.Total)
 
 	// The audit log has both, for the tenant and for the platform.
-	actions := map[string]*sdk.AuditRecord{}
+	// The newest record of each action (the refused delete of the running
+	// tree has one too, with its error).
+	var actions map[string]*sdk.AuditRecord
 	testwait.Until(t, 30*time.Second, "the retention audit record", func() bool {
+		actions = map[string]*sdk.AuditRecord{}
 		for r, err := range tc.AuditRecords(ctx, sdk.AuditFilter{}) {
 			require.NoError(t, err)
-			actions[r.Action] = r
+			if actions[r.Action] == nil {
+				actions[r.Action] = r
+			}
 		}
 		rec := actions[store.AuditRetention]
 		return rec != nil && !rec.FinishedAt.IsZero()
@@ -136,6 +151,18 @@ func TestSystemJanitor(t *testing.T) {
 	require.Equal(t, "sdk-test", actions[store.AuditGracefulDelete].Actor, "the token's subject")
 	require.Equal(t, int64(2), actions[store.AuditGracefulDelete].Instances)
 	require.Equal(t, store.ActorJanitor, actions[store.AuditRetention].Actor)
+	var refused *sdk.AuditRecord
+	for r, err := range tc.AuditRecords(ctx, sdk.AuditFilter{Action: store.AuditDeleteInstance}) {
+		require.NoError(t, err)
+		refused = r // the oldest
+	}
+	require.Contains(t, refused.Error, "running", "a refused delete is recorded with why")
+	require.Zero(t, refused.Instances)
+	require.Equal(t, int64(1), actions[store.AuditDeleteInstance].Instances)
+	require.Contains(t, string(actions[store.AuditDeleteInstance].Request), `"gone"`)
+	require.False(t, actions[store.AuditDeleteInstance].FinishedAt.IsZero())
+	require.True(t, actions[store.AuditDeleteInstances].Complete)
+	require.Contains(t, string(actions[store.AuditDeleteInstances].Request), `"nobody"`)
 	require.Equal(t, int64(3), actions[store.AuditRetention].Instances)
 	var platform int
 	for r, err := range ac.AuditRecords(ctx, "", sdk.AuditFilter{Action: store.AuditRetention}) {
