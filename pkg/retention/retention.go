@@ -225,20 +225,32 @@ func forEachChain(ctx context.Context, s Store, tenantID string, policy store.Re
 			return true, nil
 		}
 		after = page[len(page)-1].InstanceID
-		groups := map[store.PruneOptions][]store.ChainCandidate{}
-		var order []store.PruneOptions
+		// Grouped by the options' values (CompletedBefore is a pointer).
+		type key struct {
+			keepLast int
+			before   int64
+			bounded  bool
+		}
+		groups := map[key][]store.ChainCandidate{}
+		opts := map[key]store.PruneOptions{}
+		var order []key
 		for _, c := range page {
-			opts, ok := policy.For(c.Name, c.Retention).Chain.Prune(o.Now)
+			po, ok := policy.For(c.Name, c.Retention).Chain.Prune(o.Now)
 			if !ok {
 				continue
 			}
-			if _, seen := groups[opts]; !seen {
-				order = append(order, opts)
+			k := key{keepLast: po.KeepLast}
+			if po.CompletedBefore != nil {
+				k.before, k.bounded = po.CompletedBefore.UnixNano(), true
 			}
-			groups[opts] = append(groups[opts], c)
+			if _, seen := groups[k]; !seen {
+				order = append(order, k)
+				opts[k] = po
+			}
+			groups[k] = append(groups[k], c)
 		}
-		for _, opts := range order {
-			if err := fn(opts, groups[opts]); err != nil {
+		for _, k := range order {
+			if err := fn(opts[k], groups[k]); err != nil {
 				return false, err
 			}
 		}

@@ -117,7 +117,7 @@ func (c ChainRetention) AutoPrunes() (keepLast int, ok bool) {
 func (c ChainRetention) Prune(now time.Time) (PruneOptions, bool) {
 	o := PruneOptions{KeepLast: c.KeepLast}
 	if c.MaxAge != nil {
-		o.CompletedBefore = now.Add(-*c.MaxAge)
+		o.CompletedBefore = new(now.Add(-*c.MaxAge))
 	}
 	return o, c.KeepLast > 0 || c.MaxAge != nil
 }

@@ -160,10 +160,7 @@ func (s *Store) CountPrunable(ctx context.Context, p *store.CountPrunableParams)
 	if err := validatePrune(&p.Options); err != nil {
 		return r, err
 	}
-	before := int64(0)
-	if !p.Options.CompletedBefore.IsZero() {
-		before = p.Options.CompletedBefore.UnixMilli()
-	}
+	before := millisOrNull(p.Options.CompletedBefore)
 	err := s.retry(ctx, func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, `
 SELECT count(DISTINCT e.instance_id), count(*), COALESCE(sum(e.event_count), 0)::INT8
