@@ -296,7 +296,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("delete with cascade; a sub-orchestration is refused; force for running", func(t *testing.T) {
 		t.Parallel()
-		tok := e.tenant(t, "del", tenancy.RoleClient)
+		tok := e.tenant(t, "del", tenancy.RoleClient, tenancy.RoleTenantAdmin)
 		c := e.client(t, "del")
 		start(t, c, "family", "fam-2", nil, true)
 		start(t, c, "waiter", "wait-2", nil, false)
@@ -325,6 +325,14 @@ func TestConsole(t *testing.T) {
 		require.True(t, disabled, "no delete of a running tree without force")
 		p.Run(chromedp.Click("#delete-force", chromedp.ByQuery), chromedp.Click("#delete-confirm", chromedp.ByQuery))
 		p.WaitText("#flash", "Deleted wait-2: 1 instances")
+
+		// Both deletes are in the tenant's audit log.
+		e.open(p, "#/audit?action=delete_instance")
+		p.WaitText("#audit", "delete_instance")
+		require.Equal(t, 2, p.NodeCount("#audit tbody tr"))
+		p.Run(chromedp.Click("#audit tbody tr:last-child button", chromedp.ByQuery))
+		p.WaitText("dialog pre", "fam-2")
+		p.Screenshot("audit-log")
 		p.RequireNoProblems()
 	})
 
@@ -460,6 +468,10 @@ func TestConsole(t *testing.T) {
 	t.Run("tenant admin: definitions, retention, usage", func(t *testing.T) {
 		t.Parallel()
 		tok := e.tenant(t, "settings", tenancy.RoleTenantAdmin, tenancy.RoleClient)
+		c := e.client(t, "settings")
+		for i := range 3 {
+			start(t, c, "quick", fmt.Sprintf("done-%d", i), nil, true)
+		}
 		p := e.signIn(t, tok)
 		e.open(p, "#/definitions")
 		p.WaitText("#definitions", "waiter")
@@ -474,15 +486,20 @@ func TestConsole(t *testing.T) {
 		p.Screenshot("definition")
 
 		e.open(p, "#/retention")
+		// Keeping completed instances 0s would delete the three now.
 		p.Run(chromedp.WaitVisible("#default-completed", chromedp.ByQuery),
-			chromedp.SetValue("#default-completed", "30d", chromedp.ByQuery),
+			chromedp.SetValue("#default-completed", "0", chromedp.ByQuery),
+			chromedp.Click("#retention-preview-button", chromedp.ByQuery))
+		p.WaitText("#retention-preview", "3 instances")
+		p.Screenshot("retention-preview")
+		p.Run(chromedp.SetValue("#default-completed", "30d", chromedp.ByQuery),
 			chromedp.SetValue("#default-keep-last", "5", chromedp.ByQuery),
 			chromedp.Click("#add-rule", chromedp.ByQuery),
 			chromedp.SetValue("#rule-0-name", "quick", chromedp.ByQuery),
 			chromedp.SetValue("#rule-0-failed", "12h", chromedp.ByQuery),
-			chromedp.Click("#retention-save", chromedp.ByQuery),
-			chromedp.WaitVisible("dialog button.primary", chromedp.ByQuery),
-			chromedp.Click("dialog button.primary", chromedp.ByQuery))
+			chromedp.Click("#retention-save", chromedp.ByQuery))
+		p.WaitText("dialog #retention-preview", "0 instances")
+		p.Run(chromedp.Click("dialog .actions button:last-child", chromedp.ByQuery))
 		p.WaitText("#retention-result", "Saved")
 		// What the API stored comes back into the form.
 		p.Run(chromedp.Reload())
@@ -531,6 +548,8 @@ func TestConsole(t *testing.T) {
 		e.open(p, "#/janitor")
 		p.Run(chromedp.WaitVisible("#janitor-runs table, #janitor-runs .empty", chromedp.ByQuery))
 		p.Screenshot("platform-janitor")
+		e.open(p, "#/platform-audit")
+		p.Run(chromedp.WaitVisible("#audit table, #audit .empty", chromedp.ByQuery))
 		p.RequireNoProblems()
 	})
 }

@@ -7,6 +7,7 @@ import { instanceView } from './instance.js';
 import { definitionsView, definitionView } from './definitions.js';
 import { retentionView, usageView } from './tenant.js';
 import { tenantsView, platformUsageView, janitorView } from './platform.js';
+import { auditView, platformAuditView } from './audit.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -18,9 +19,11 @@ const sections = [
   { route: 'definitions', label: 'Definitions', roles: ['client', 'tenant-admin'], view: definitionsView },
   { route: 'retention', label: 'Retention', roles: ['tenant-admin'], view: retentionView },
   { route: 'usage', label: 'Usage & limits', roles: ['tenant-admin'], view: usageView },
+  { route: 'audit', label: 'Deletion audit log', roles: ['tenant-admin'], view: auditView },
   { route: 'tenants', label: 'Tenants', roles: ['platform-admin'], view: tenantsView, group: 'Platform' },
   { route: 'platform-usage', label: 'Usage by tenant', roles: ['platform-admin'], view: platformUsageView, group: 'Platform' },
   { route: 'janitor', label: 'Janitor runs', roles: ['platform-admin'], view: janitorView, group: 'Platform' },
+  { route: 'platform-audit', label: 'Deletion audit log', roles: ['platform-admin'], view: platformAuditView, group: 'Platform' },
 ];
 // Pages reached from a section, with the roles that reach them.
 const pages = {

@@ -1,5 +1,7 @@
 // A tenant's own settings: the retention policy editor, and usage and limits.
-import { h, replace, field, table, timeEl, num, errorBox, notice, busy, parseDuration, fmtDuration, confirm, ID_PATTERN } from './dom.js';
+import {
+  h, replace, field, table, timeEl, num, errorBox, notice, busy, parseDuration, fmtDuration, confirm, statusBadge, ID_PATTERN,
+} from './dom.js';
 import { rpc } from './api.js';
 
 const RULE_FIELDS = [
@@ -46,6 +48,27 @@ function ruleEditor(rule, prefix) {
   return { el: h('div', { class: 'rule' }, row), read };
 }
 
+// previewBox shows what a policy would delete if the janitor ran now.
+function previewBox(p) {
+  const at = p.lowerBound ? 'at least ' : '';
+  const groups = p.groups || [];
+  return h('div', { class: 'panel', id: 'retention-preview' },
+    h('p', null, h('strong', null, `${at}${num(p.instances)} instances`), ` (sub-orchestrations included), ${at}${num(p.executions)} executions and ${at}${num(p.events)} history events would be deleted if the janitor ran now`,
+      p.oldestCompletedAt ? [': roots that ended between ', timeEl(p.oldestCompletedAt), ' and ', timeEl(p.newestCompletedAt), '.'] : '.'),
+    Number(p.prunedInstances || 0) > 0
+      ? h('p', null, `Of which prunes of continue-as-new chains: ${num(p.prunedExecutions)} executions and ${num(p.prunedEvents)} events of ${num(p.prunedInstances)} instances.`)
+      : null,
+    groups.length ? table([
+      { title: 'Status', cell: (g) => statusBadge(g.status) },
+      { title: 'Orchestration', cell: (g) => h('code', null, g.name) },
+      { title: 'Instances', class: 'n', cell: (g) => num(g.instances) },
+      { title: 'Executions', class: 'n', cell: (g) => num(g.executions) },
+      { title: 'Events', class: 'n', cell: (g) => num(g.events) },
+    ], groups) : null,
+    p.lowerBound ? h('p', { class: 'muted' }, 'Counting stopped at its cap or time limit: the figures are lower bounds.') : null,
+    h('p', { class: 'muted' }, 'Judged at ', timeEl(p.evaluatedAt), '.'));
+}
+
 export async function retentionView(container) {
   const { policy = {} } = await rpc('TenantService', 'GetRetentionPolicy', {});
   const out = h('div', { id: 'retention-result', 'aria-live': 'polite' });
@@ -63,20 +86,33 @@ export async function retentionView(container) {
     rulesBox.append(box);
   };
   for (const [name, rule] of Object.entries(policy.rulesByName || {}).sort()) addRule(name, rule);
+  const readPolicy = () => {
+    const next = { defaultRule: def.read(), rulesByName: {} };
+    for (const r of rules.filter(Boolean)) next.rulesByName[r.nameInput.value] = r.read();
+    return next;
+  };
   const save = h('button', { type: 'submit', class: 'primary', id: 'retention-save' }, 'Save policy');
   const form = h('form', { onsubmit: (e) => {
     e.preventDefault();
     replace(out);
     let next;
     try {
-      next = { defaultRule: def.read(), rulesByName: {} };
-      for (const r of rules.filter(Boolean)) next.rulesByName[r.nameInput.value] = r.read();
+      next = readPolicy();
     } catch (err) {
       replace(out, errorBox(err, 'Not saved'));
       return;
     }
     busy(save, async () => {
-      const ok = await confirm('Replace the retention policy', h('p', null, 'The janitor applies the new policy at its next run for this tenant: terminal instances older than what it keeps are deleted then, with their trees.'), 'Save policy', { danger: false });
+      let preview;
+      try {
+        preview = (await rpc('TenantService', 'PreviewRetention', { policy: next })).preview || {};
+      } catch (err) {
+        replace(out, errorBox(err, 'Not saved'));
+        return;
+      }
+      const ok = await confirm('Replace the retention policy', [
+        h('p', null, 'The janitor applies the new policy at its next run for this tenant. Judged now, it would delete:'),
+        previewBox(preview)], 'Save policy', { danger: Number(preview.instances || 0) + Number(preview.executions || 0) > 0 });
       if (!ok) return;
       try {
         await rpc('TenantService', 'SetRetentionPolicy', { policy: next });
@@ -90,6 +126,23 @@ export async function retentionView(container) {
   rulesBox,
   h('div', { class: 'actions' },
     h('button', { type: 'button', id: 'add-rule', onclick: () => addRule('', {}) }, 'Add a rule for a name'),
+    h('button', { type: 'button', id: 'retention-preview-button', onclick: (e) => {
+      replace(out);
+      let next;
+      try {
+        next = readPolicy();
+      } catch (err) {
+        replace(out, errorBox(err, 'Preview'));
+        return;
+      }
+      busy(e.target, async () => {
+        try {
+          replace(out, previewBox((await rpc('TenantService', 'PreviewRetention', { policy: next })).preview || {}));
+        } catch (err) {
+          replace(out, errorBox(err, 'Preview'));
+        }
+      });
+    } }, 'Preview what it would delete'),
     save),
   out);
   replace(container, h('h1', null, 'Retention'),
