@@ -174,12 +174,18 @@ type Limits struct {
 	MaxPayloadBytes int64
 	// MaxHistoryEventsPerExecution bounds one execution's history.
 	MaxHistoryEventsPerExecution int64
+	// MaxValueBytes bounds one value an orchestration builds or receives,
+	// MaxTurnStateBytes what one turn holds at once, and TurnBudget how
+	// long one turn may run.
+	MaxValueBytes, MaxTurnStateBytes int64
+	TurnBudget                       time.Duration
 }
 
 func (l Limits) toProto() *orchardv1.Limits {
 	return &orchardv1.Limits{
 		RequestsPerSecond: l.RequestsPerSecond, Burst: int32(l.Burst), MaxRunningInstances: l.MaxRunningInstances,
 		MaxPayloadBytes: l.MaxPayloadBytes, MaxHistoryEventsPerExecution: l.MaxHistoryEventsPerExecution,
+		MaxValueBytes: l.MaxValueBytes, MaxTurnStateBytes: l.MaxTurnStateBytes, TurnBudgetMillis: l.TurnBudget.Milliseconds(),
 	}
 }
 
@@ -187,6 +193,7 @@ func limitsFromProto(p *orchardv1.Limits) Limits {
 	return Limits{
 		RequestsPerSecond: p.GetRequestsPerSecond(), Burst: int(p.GetBurst()), MaxRunningInstances: p.GetMaxRunningInstances(),
 		MaxPayloadBytes: p.GetMaxPayloadBytes(), MaxHistoryEventsPerExecution: p.GetMaxHistoryEventsPerExecution(),
+		MaxValueBytes: p.GetMaxValueBytes(), MaxTurnStateBytes: p.GetMaxTurnStateBytes(), TurnBudget: time.Duration(p.GetTurnBudgetMillis()) * time.Millisecond,
 	}
 }
 

@@ -60,6 +60,15 @@ func TestAdminService(t *testing.T) {
 	updated, err := p.admin.UpdateTenant(ctx, req(&orchardv1.UpdateTenantRequest{TenantId: "t2", Limits: &orchardv1.Limits{Burst: 7}}))
 	require.NoError(t, err)
 	require.Equal(t, int32(7), updated.Msg.Tenant.Limits.Burst)
+	// The engine's limits go through the API too, not only the store.
+	engineLimits, err := p.admin.UpdateTenant(ctx, req(&orchardv1.UpdateTenantRequest{TenantId: "t2", Limits: &orchardv1.Limits{
+		Burst: 7, MaxValueBytes: 2 << 20, MaxTurnStateBytes: 16 << 20, TurnBudgetMillis: 5000}}))
+	require.NoError(t, err)
+	require.Equal(t, int64(2<<20), engineLimits.Msg.Tenant.Limits.MaxValueBytes)
+	require.Equal(t, int64(16<<20), engineLimits.Msg.Tenant.Limits.MaxTurnStateBytes)
+	require.Equal(t, int64(5000), engineLimits.Msg.Tenant.Limits.TurnBudgetMillis)
+	_, err = p.admin.UpdateTenant(ctx, req(&orchardv1.UpdateTenantRequest{TenantId: "t2", Limits: &orchardv1.Limits{TurnBudgetMillis: 600_001}}))
+	requireCode(t, err, connect.CodeInvalidArgument, "turn_budget_millis")
 	require.Equal(t, orchardv1.TenantState_TENANT_STATE_ACTIVE, updated.Msg.Tenant.State)
 	_, err = p.admin.UpdateTenant(ctx, req(&orchardv1.UpdateTenantRequest{TenantId: "nope", State: orchardv1.TenantState_TENANT_STATE_SUSPENDED}))
 	requireCode(t, err, connect.CodeNotFound)

@@ -259,6 +259,9 @@ func limitsToProto(l tenancy.Limits) *orchardv1.Limits {
 		MaxRunningInstances:          l.MaxRunningInstances,
 		MaxPayloadBytes:              l.MaxPayloadBytes,
 		MaxHistoryEventsPerExecution: l.MaxHistoryEventsPerExecution,
+		MaxValueBytes:                l.MaxValueBytes,
+		MaxTurnStateBytes:            l.MaxTurnStateBytes,
+		TurnBudgetMillis:             l.TurnBudgetMillis,
 	}
 }
 
@@ -270,6 +273,9 @@ func limitsFromProto(field string, l *orchardv1.Limits) (json.RawMessage, error)
 		MaxRunningInstances:          l.GetMaxRunningInstances(),
 		MaxPayloadBytes:              l.GetMaxPayloadBytes(),
 		MaxHistoryEventsPerExecution: l.GetMaxHistoryEventsPerExecution(),
+		MaxValueBytes:                l.GetMaxValueBytes(),
+		MaxTurnStateBytes:            l.GetMaxTurnStateBytes(),
+		TurnBudgetMillis:             l.GetTurnBudgetMillis(),
 	}
 	if err := lim.Validate(); err != nil {
 		return nil, fieldError(field, "%v", err)

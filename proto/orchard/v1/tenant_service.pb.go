@@ -245,8 +245,16 @@ type Limits struct {
 	// The most history events one execution may hold (0 to 1000000); past
 	// it an orchestration should continue as new.
 	MaxHistoryEventsPerExecution int64 `protobuf:"varint,5,opt,name=max_history_events_per_execution,json=maxHistoryEventsPerExecution,proto3" json:"max_history_events_per_execution,omitempty"`
-	unknownFields                protoimpl.UnknownFields
-	sizeCache                    protoimpl.SizeCache
+	// The largest value one orchestration builds or receives, measured as
+	// it is built (0 to 16 MiB): past it the execution fails.
+	MaxValueBytes int64 `protobuf:"varint,6,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
+	// The most one turn of an orchestration holds at once (0 to 256 MiB).
+	MaxTurnStateBytes int64 `protobuf:"varint,7,opt,name=max_turn_state_bytes,json=maxTurnStateBytes,proto3" json:"max_turn_state_bytes,omitempty"`
+	// The longest one turn may run, in milliseconds (0 to 600000): past it
+	// the execution fails.
+	TurnBudgetMillis int64 `protobuf:"varint,8,opt,name=turn_budget_millis,json=turnBudgetMillis,proto3" json:"turn_budget_millis,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -310,6 +318,27 @@ func (x *Limits) GetMaxPayloadBytes() int64 {
 func (x *Limits) GetMaxHistoryEventsPerExecution() int64 {
 	if x != nil {
 		return x.MaxHistoryEventsPerExecution
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxValueBytes() int64 {
+	if x != nil {
+		return x.MaxValueBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxTurnStateBytes() int64 {
+	if x != nil {
+		return x.MaxTurnStateBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetTurnBudgetMillis() int64 {
+	if x != nil {
+		return x.TurnBudgetMillis
 	}
 	return 0
 }
@@ -1372,13 +1401,17 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\rrules_by_name\x18\x02 \x03(\v2,.orchard.v1.RetentionPolicy.RulesByNameEntryB(\xbaH%\x9a\x01\"\x10\xc8\x01\"\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\vrulesByName\x1aY\n" +
 	"\x10RulesByNameEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xc5\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xf6\x03\n" +
 	"\x06Limits\x12G\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
 	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\x12@\n" +
 	"\x15max_running_instances\x18\x03 \x01(\x03B\f\xbaH\t\"\a\x18\x80\xc2\xd7/(\x00R\x13maxRunningInstances\x128\n" +
 	"\x11max_payload_bytes\x18\x04 \x01(\x03B\f\xbaH\t\"\a\x18\x80\x80\x80\b(\x00R\x0fmaxPayloadBytes\x12S\n" +
-	" max_history_events_per_execution\x18\x05 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x00R\x1cmaxHistoryEventsPerExecution\"\xdd\x01\n" +
+	" max_history_events_per_execution\x18\x05 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x00R\x1cmaxHistoryEventsPerExecution\x124\n" +
+	"\x0fmax_value_bytes\x18\x06 \x01(\x03B\f\xbaH\t\"\a\x18\x80\x80\x80\b(\x00R\rmaxValueBytes\x12>\n" +
+	"\x14max_turn_state_bytes\x18\a \x01(\x03B\r\xbaH\n" +
+	"\"\b\x18\x80\x80\x80\x80\x01(\x00R\x11maxTurnStateBytes\x129\n" +
+	"\x12turn_budget_millis\x18\b \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\xcf$(\x00R\x10turnBudgetMillis\"\xdd\x01\n" +
 	"\x05Usage\x126\n" +
 	"\tinstances\x18\x01 \x01(\v2\x18.orchard.v1.StatusCountsR\tinstances\x12\x1e\n" +
 	"\n" +
