@@ -4,13 +4,15 @@
 // server reports CockroachDB, those under pg_only/ only when it does not. Every statement is idempotent and runs on its
 // own, because CockroachDB commits DDL outside the surrounding transaction.
 //
-// The migrator never drops data and takes no lock: run one migration at a
-// time (a deploy step or `orchard migrate`); re-running it is always safe.
+// The migrator never drops data. It holds a lease in the database while it
+// runs (see lock.go), so migrators started at once run one after the other,
+// on CockroachDB as on PostgreSQL; re-running it is always safe.
 package schema
 
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -107,18 +109,32 @@ func IsCockroach(ctx context.Context, conn Conn) (bool, error) {
 }
 
 // Migrate applies every migration that the version table does not list yet
-// and returns the versions it applied.
-func Migrate(ctx context.Context, conn Conn) ([]string, error) {
+// and returns the versions it applied. It waits for a migrator running at
+// the same time to finish first (until ctx ends).
+func Migrate(ctx context.Context, conn Conn) (_ []string, err error) {
 	cockroach, err := IsCockroach(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    TEXT NOT NULL PRIMARY KEY,
-		applied_at INT8 NOT NULL
-	)`); err != nil {
-		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	if err := createTables(ctx, conn); err != nil {
+		return nil, err
 	}
+	l, err := acquireLock(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// Released even when ctx ended; a release that fails leaves a
+		// lease that expires.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err = errors.Join(err, l.release(rctx))
+	}()
+	return migrateLocked(ctx, conn, l, cockroach)
+}
+
+// migrateLocked applies the migrations not applied yet, holding l.
+func migrateLocked(ctx context.Context, conn Conn, l *lease, cockroach bool) ([]string, error) {
 	applied := map[string]bool{}
 	rows, err := conn.Query(ctx, "SELECT version FROM schema_migrations")
 	if err != nil {
@@ -141,6 +157,9 @@ func Migrate(ctx context.Context, conn Conn) ([]string, error) {
 			continue
 		}
 		for i, stmt := range m.Statements {
+			if err := l.renew(ctx); err != nil {
+				return done, err
+			}
 			if _, err := conn.Exec(ctx, stmt); err != nil {
 				return done, fmt.Errorf("migration %s, statement %d: %w", m.Version, i+1, err)
 			}

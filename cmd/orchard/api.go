@@ -26,14 +26,21 @@ func apiCommand() *cobra.Command {
 		issuer, audience, secret               string
 		algorithms                             []string
 		maxMessageBytes                        int
-		drain                                  time.Duration
+		drain, shutdownDelay                   time.Duration
 		withConsole                            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "api",
 		Short: "Serve the Connect/gRPC API (ORCHARD_* environment variables configure it)",
 		Long: `api serves Orchard's API — Connect, gRPC and gRPC-Web on one port — with
-gRPC health (grpc.health.v1.Health/Check, and GET /healthz) and reflection.
+gRPC health (grpc.health.v1.Health) and reflection. /metrics, /livez and
+/readyz are served on --ops-addr.
+
+SIGTERM drains: the health service and /readyz report not serving at once,
+calls are still served for --shutdown-delay (while load balancers and
+Kubernetes endpoints notice), then the server stops accepting calls, ends
+the long polls with what they have and waits --drain-timeout for the calls
+in flight.
 
 Tokens are verified with the public keys of --jwt-public-key-file or the JWKS
 at --jwks-url, for the issuer and audience given. With --jwt-signing-key-file
@@ -106,6 +113,9 @@ must share --secret, which signs page and task tokens.`,
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "orchard api: listening on", srv.Addr())
 			<-ctx.Done()
+			srv.Drain()
+			slog.Info("draining", "shutdown_delay", shutdownDelay, "timeout", drain)
+			time.Sleep(shutdownDelay)
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 			defer cancel()
 			return srv.Stop(stopCtx)
@@ -113,7 +123,7 @@ must share --secret, which signs page and task tokens.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", envString("ORCHARD_API_ADDR", ":8080"), "listen address (env ORCHARD_API_ADDR)")
-	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9091"), "address of /metrics and /healthz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9091"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
 	f.StringVar(&databaseURL, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&publicKeyFile, "jwt-public-key-file", envString("ORCHARD_JWT_PUBLIC_KEY_FILE", ""),
 		"PEM file of the public keys that verify tokens (env ORCHARD_JWT_PUBLIC_KEY_FILE)")
@@ -126,10 +136,14 @@ must share --secret, which signs page and task tokens.`,
 		"Ed25519 private key PEM with which AdminService.MintToken signs (env ORCHARD_JWT_SIGNING_KEY_FILE; optional)")
 	f.StringVar(&secret, "secret", envString("ORCHARD_API_SECRET", ""),
 		"secret shared by the API servers, signing page and task tokens (env ORCHARD_API_SECRET)")
-	f.IntVar(&maxMessageBytes, "max-message-bytes", 4<<20, "largest request message accepted")
+	f.IntVar(&maxMessageBytes, "max-message-bytes", envInt("ORCHARD_API_MAX_MESSAGE_BYTES", 4<<20),
+		"largest request message accepted (env ORCHARD_API_MAX_MESSAGE_BYTES)")
+	f.DurationVar(&shutdownDelay, "shutdown-delay", envDuration("ORCHARD_SHUTDOWN_DELAY", 0),
+		"how long a draining server still serves while load balancers stop sending to it (env ORCHARD_SHUTDOWN_DELAY)")
+	f.DurationVar(&drain, "drain-timeout", envDuration("ORCHARD_DRAIN_TIMEOUT", 30*time.Second),
+		"how long calls in flight may finish at shutdown (env ORCHARD_DRAIN_TIMEOUT)")
 	f.BoolVar(&withConsole, "console", envBool("ORCHARD_CONSOLE", false),
 		"serve the web console at /console/ (env ORCHARD_CONSOLE); it calls this API with its users' tokens")
-	f.DurationVar(&drain, "drain-timeout", 30*time.Second, "how long calls in flight may finish at shutdown")
 	return cmd
 }
 

@@ -40,9 +40,9 @@ func TestCLITour(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(dir, 0o755))
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	addr := freeAddr(t)
+	addr, ops := freeAddr(t), freeAddr(t)
 
-	dev := exec.Command(bin, "dev", "--demo", "--dir", dir, "--addr", addr, "--ops-addr", "")
+	dev := exec.Command(bin, "dev", "--demo", "--dir", dir, "--addr", addr, "--ops-addr", ops)
 	devOut := &syncBuffer{}
 	devStdout, err := dev.StdoutPipe()
 	require.NoError(t, err)
@@ -81,8 +81,8 @@ func TestCLITour(t *testing.T) {
 		t.Fatalf("orchard dev was not ready in time\n%s", devOut)
 	}
 	base := "http://" + addr
-	eventuallyCLI(t, "the API to be healthy", func() bool {
-		resp, err := http.Get(base + "/healthz")
+	eventuallyCLI(t, "orchard dev to be ready", func() bool {
+		resp, err := http.Get("http://" + ops + "/readyz")
 		if err != nil {
 			return false
 		}

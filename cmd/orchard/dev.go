@@ -62,7 +62,7 @@ of each. Ctrl-C stops everything, the database included.`,
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", ".orchard/dev", "where the embedded PostgreSQL keeps its data, and the dev keys and tokens")
 	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address of the API")
-	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9090", "address of /metrics and /healthz (empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9090", "address of /metrics, /livez and /readyz (empty: none)")
 	f.IntVar(&port, "db-port", 0, "port of the embedded database (0: a free one)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")
 	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")

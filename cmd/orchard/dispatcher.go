@@ -31,7 +31,8 @@ database at ORCHARD_DATABASE_URL. Run as many dispatcher processes as the load
 needs; they coordinate through the database only. SIGTERM drains: fetching
 stops and the turns in flight finish within --drain-timeout.
 
-/metrics (Prometheus) and /healthz are served on --ops-addr.`,
+/metrics (Prometheus), /livez and /readyz are served on --ops-addr; /readyz
+answers 503 from the moment the drain starts.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
 				return errors.New("no database: set ORCHARD_DATABASE_URL or pass --database-url")
@@ -77,7 +78,7 @@ stops and the turns in flight finish within --drain-timeout.
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
-	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics and /healthz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
 	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
 	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
 	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", 8), "instances per fetch and per ack (env ORCHARD_DISPATCHER_BATCH)")
@@ -103,7 +104,8 @@ func openPool(ctx context.Context, tel *telemetry.Telemetry, url string, maxConn
 	return pool, nil
 }
 
-// serveOps serves /metrics and /healthz (the database answers) on addr.
+// serveOps serves /metrics, /livez and /readyz (not draining, and the
+// database answers) on addr.
 func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil

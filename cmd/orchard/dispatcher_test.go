@@ -22,7 +22,8 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // `orchard dispatcher` runs orchestrations against ORCHARD_DATABASE_URL,
-// serves /healthz and /metrics, and drains when its context ends (SIGTERM).
+// serves /livez, /readyz and /metrics, and drains when its context ends
+// (SIGTERM): not ready first, then stopped.
 func TestDispatcherCommand(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, 8)
@@ -68,8 +69,10 @@ func TestDispatcherCommand(t *testing.T) {
 		require.NoError(t, err)
 		return in.Status == store.StatusCompleted
 	})
-	code, _ := get("/healthz")
-	require.Equal(t, http.StatusOK, code)
+	for _, path := range []string{"/livez", "/readyz"} {
+		code, body := get(path)
+		require.Equal(t, http.StatusOK, code, "%s: %s", path, body)
+	}
 	// The turn is counted just after its ack commits.
 	eventuallyCLI(t, "the completed turn in /metrics", func() bool {
 		code, metrics := get("/metrics")

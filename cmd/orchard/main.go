@@ -6,12 +6,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/orchardhq/orchard/internal/telemetry"
 )
 
 func main() {
@@ -28,6 +32,27 @@ func main() {
 	}
 }
 
+// addLogFlags adds --log-format and --log-level.
+func addLogFlags(f *pflag.FlagSet) (format, level *string) {
+	format = f.String("log-format", envString("ORCHARD_LOG_FORMAT", "text"), "log format: text or json (env ORCHARD_LOG_FORMAT)")
+	level = f.String("log-level", envString("ORCHARD_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env ORCHARD_LOG_LEVEL)")
+	return format, level
+}
+
+// setupLogging makes the default logger write to w in format at level.
+func setupLogging(w io.Writer, format, level string) error {
+	l, err := telemetry.ParseLogLevel(level)
+	if err != nil {
+		return configError{fmt.Errorf("--log-level (ORCHARD_LOG_LEVEL): %w", err)}
+	}
+	h, err := telemetry.NewLogHandler(w, format, l)
+	if err != nil {
+		return configError{fmt.Errorf("--log-format (ORCHARD_LOG_FORMAT): %w", err)}
+	}
+	slog.SetDefault(slog.New(h))
+	return nil
+}
+
 // exitError carries a specific exit code.
 type exitError int
 
@@ -40,8 +65,20 @@ func rootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	build := currentBuild()
+	root.Version = build.Version
+	root.SetVersionTemplate(build.String())
 	addClientFlags(root.PersistentFlags())
-	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand())
+	logFormat, logLevel := addLogFlags(root.PersistentFlags())
+	// Before any command runs: a bad ORCHARD_* value stops the process,
+	// naming the variable, and the logs take their format and level.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := setupLogging(cmd.ErrOrStderr(), *logFormat, *logLevel); err != nil {
+			return err
+		}
+		return checkEnvBeforeRun()
+	}
+	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand(), versionCommand())
 	root.AddCommand(clientCommands()...)
 	return root
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,8 +40,8 @@ func migrateCommand() *cobra.Command {
 			return migrateRiver(cmd.Context(), cmd.OutOrStdout(), conn, url, riverURL)
 		},
 	}
-	cmd.Flags().StringVar(&url, "database-url", os.Getenv("ORCHARD_DATABASE_URL"), "database URL (env ORCHARD_DATABASE_URL)")
-	cmd.Flags().StringVar(&riverURL, "river-database-url", os.Getenv("ORCHARD_RIVER_DATABASE_URL"),
+	cmd.Flags().StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
+	cmd.Flags().StringVar(&riverURL, "river-database-url", envString("ORCHARD_RIVER_DATABASE_URL", ""),
 		"PostgreSQL URL of the janitor's River tables (env ORCHARD_RIVER_DATABASE_URL; empty: the main database, when it is PostgreSQL)")
 	return cmd
 }

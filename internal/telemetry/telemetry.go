@@ -1,8 +1,8 @@
 // Package telemetry sets up what Orchard's processes report about themselves:
 // OpenTelemetry metrics exported for Prometheus, traces exported over OTLP
 // when OTEL_EXPORTER_OTLP_ENDPOINT (or its traces variant) is set, a pgx
-// tracer for database spans, and the operations endpoints /metrics and
-// /healthz.
+// tracer for database spans, slog handlers that add the trace and span ids,
+// and the operations endpoints /metrics, /livez and /readyz.
 //
 // It must never be imported by pkg/ packages: libraries take providers as
 // parameters; only the commands decide where telemetry goes.
@@ -35,9 +35,13 @@ type Telemetry struct {
 	MeterProvider  *sdkmetric.MeterProvider
 	TracerProvider *sdktrace.TracerProvider
 	registry       *prometheus.Registry
+	// life is the context given to Setup: when it ends, the process was
+	// told to stop, and /readyz answers 503 from then on.
+	life context.Context
 }
 
-// Setup creates the providers for a service.
+// Setup creates the providers for a service. ctx is the process's signal
+// context: when it ends, the process is draining and no longer ready.
 func Setup(ctx context.Context, service string) (*Telemetry, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
 	if err != nil {
@@ -63,7 +67,7 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 	otel.SetMeterProvider(mp)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return &Telemetry{MeterProvider: mp, TracerProvider: tp, registry: registry}, nil
+	return &Telemetry{MeterProvider: mp, TracerProvider: tp, registry: registry, life: ctx}, nil
 }
 
 // Shutdown flushes and stops the providers.
@@ -76,19 +80,37 @@ func (t *Telemetry) InstrumentPool(cfg *pgx.ConnConfig) {
 	cfg.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(t.TracerProvider))
 }
 
-// OpsHandler serves /metrics (Prometheus) and /healthz, which answers 200
-// when healthy reports no error within two seconds, 503 otherwise.
-func (t *Telemetry) OpsHandler(healthy func(ctx context.Context) error) http.Handler {
+// ReadyTimeout bounds a readiness check's dependency checks.
+const ReadyTimeout = 2 * time.Second
+
+// OpsHandler serves the operations endpoints:
+//
+//   - /metrics: Prometheus.
+//   - /livez: 200 while the process can answer at all; it checks no
+//     dependency, so a database outage never restarts the process.
+//   - /readyz: 200 while the process is not draining and ready reports no
+//     error within ReadyTimeout (the database answers), 503 otherwise.
+func (t *Telemetry) OpsHandler(ready func(ctx context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if t.Draining() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 		defer cancel()
-		if err := healthy(ctx); err != nil {
-			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }
+
+// Draining reports whether the process was told to stop.
+func (t *Telemetry) Draining() bool { return t.life.Err() != nil }

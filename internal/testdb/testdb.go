@@ -124,6 +124,18 @@ func makeTemplate(ctx context.Context, adminURL string) (string, error) {
 // The database is dropped when the test ends.
 func URL(tb testing.TB) string {
 	tb.Helper()
+	return newDatabase(tb, true)
+}
+
+// EmptyURL creates a fresh database with no tables, for tests of the
+// migrator, and returns its URL. The database is dropped when the test ends.
+func EmptyURL(tb testing.TB) string {
+	tb.Helper()
+	return newDatabase(tb, false)
+}
+
+func newDatabase(tb testing.TB, migrated bool) string {
+	tb.Helper()
 	srv := SharedServer(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -134,7 +146,7 @@ func URL(tb testing.TB) string {
 	}
 	defer conn.Close(ctx)
 	create := "CREATE DATABASE " + name
-	if !srv.Cockroach {
+	if migrated && !srv.Cockroach {
 		create += " TEMPLATE " + shared.template + " STRATEGY FILE_COPY"
 	}
 	if _, err := conn.Exec(ctx, create); err != nil {
@@ -142,7 +154,7 @@ func URL(tb testing.TB) string {
 	}
 	dbURL := withDatabase(srv.URL, name)
 	tb.Cleanup(func() { dropDatabase(srv.URL, name) })
-	if srv.Cockroach {
+	if migrated && srv.Cockroach {
 		mconn, err := connectTraced(ctx, dbURL)
 		if err != nil {
 			tb.Fatalf("testdb: connect: %v", err)

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"github.com/stretchr/testify/require"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -203,14 +203,22 @@ func TestServerStartStop(t *testing.T) {
 	require.NoError(t, srv.Start(t.Context()))
 	base := "http://" + srv.Addr()
 
-	health := connect.NewClient[healthpb.HealthCheckRequest, healthpb.HealthCheckResponse](e.h2c, base+"/grpc.health.v1.Health/Check", connect.WithGRPC())
-	res, err := health.CallUnary(t.Context(), connect.NewRequest(&healthpb.HealthCheckRequest{}))
-	require.NoError(t, err)
-	require.Equal(t, healthpb.HealthCheckResponse_SERVING, res.Msg.Status)
-	hz, err := http.Get(base + "/healthz")
-	require.NoError(t, err)
-	hz.Body.Close()
-	require.Equal(t, http.StatusOK, hz.StatusCode)
+	// The standard health service, over gRPC: SERVING for the server and
+	// each service, NotFound for any other.
+	health := grpchealth.NewClient(e.h2c, base, connect.WithGRPC())
+	for _, service := range []string{"", "orchard.v1.ClientService", "orchard.v1.AdminService"} {
+		res, err := health.Check(t.Context(), &grpchealth.CheckRequest{Service: service})
+		require.NoError(t, err)
+		require.Equal(t, grpchealth.StatusServing, res.Status, service)
+	}
+	_, err = health.Check(t.Context(), &grpchealth.CheckRequest{Service: "orchard.v1.NoSuchService"})
+	require.Equal(t, connect.CodeNotFound, connect.CodeOf(err))
+	watchCtx, cancelWatch := context.WithCancel(t.Context())
+	defer cancelWatch()
+	watch := health.Watch(watchCtx, &grpchealth.CheckRequest{})
+	first := <-watch
+	require.NoError(t, first.Err)
+	require.Equal(t, grpchealth.StatusServing, first.Response.Status)
 
 	c := e.clientsOn(http.DefaultClient, e.token(acme, tenancy.RoleClient))
 	c.client = newClientAt(base, e.token(acme, tenancy.RoleClient))
@@ -226,6 +234,16 @@ func TestServerStartStop(t *testing.T) {
 	}()
 	// Stop once the wait is in flight: it answers at once, not done.
 	require.Eventually(t, func() bool { return srv.ActiveLongPolls() == 1 }, 10*time.Second, time.Millisecond)
+	// Drain reports NOT_SERVING (checks and watches) while calls still run.
+	srv.Drain()
+	res, err := health.Check(t.Context(), &grpchealth.CheckRequest{Service: "orchard.v1.WorkerService"})
+	require.NoError(t, err)
+	require.Equal(t, grpchealth.StatusNotServing, res.Status)
+	changed := <-watch
+	require.NoError(t, changed.Err)
+	require.Equal(t, grpchealth.StatusNotServing, changed.Response.Status)
+	_, err = c.client.GetInstance(t.Context(), req(&orchardv1.GetInstanceRequest{InstanceId: "w"}))
+	require.NoError(t, err, "a draining server still answers until it stops")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -234,4 +252,8 @@ func TestServerStartStop(t *testing.T) {
 	msg := <-waited
 	require.NotNil(t, msg, "the long poll failed instead of answering")
 	require.False(t, msg.Done)
+	// The open watch ended with the server instead of holding it up.
+	for ev := range watch {
+		require.Error(t, ev.Err, "no status change after NOT_SERVING")
+	}
 }

@@ -4,51 +4,50 @@ import (
 	"context"
 	"net/http"
 
-	"connectrpc.com/connect"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"connectrpc.com/grpchealth"
+
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
 
-const (
-	healthServiceName    = "grpc.health.v1.Health"
-	healthCheckProcedure = "/" + healthServiceName + "/Check"
-)
-
-// healthHandler answers grpc.health.v1.Health/Check (over gRPC, gRPC-Web
-// and Connect) with the generated messages of the standard health.proto:
-// SERVING until the server drains. Only the empty service name and the
-// API's own services are known. It needs no token.
-func (s *Server) healthHandler() (string, http.Handler) {
-	h := connect.NewUnaryHandler(healthCheckProcedure,
-		func(_ context.Context, req *connect.Request[healthpb.HealthCheckRequest]) (*connect.Response[healthpb.HealthCheckResponse], error) {
-			switch req.Msg.GetService() {
-			case "", "orchard.v1.ClientService", "orchard.v1.WorkerService", "orchard.v1.DefinitionService",
-				"orchard.v1.TenantService", "orchard.v1.AdminService":
-			default:
-				return nil, connect.NewError(connect.CodeNotFound, nil)
-			}
-			status := healthpb.HealthCheckResponse_SERVING
-			if s.isDraining() {
-				status = healthpb.HealthCheckResponse_NOT_SERVING
-			}
-			return connect.NewResponse(&healthpb.HealthCheckResponse{Status: status}), nil
-		})
-	return "/" + healthServiceName + "/", h
+// servedServices are the services the health service reports on, besides
+// the whole server ("").
+var servedServices = []string{
+	orchardv1connect.ClientServiceName,
+	orchardv1connect.WorkerServiceName,
+	orchardv1connect.DefinitionServiceName,
+	orchardv1connect.TenantServiceName,
+	orchardv1connect.AdminServiceName,
 }
 
-// healthz is the same check for plain HTTP probes.
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	if s.isDraining() {
-		http.Error(w, "draining", http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ok\n"))
+// newHealth is the grpc.health.v1.Health service (Check and Watch, over
+// gRPC, gRPC-Web and Connect; no token): SERVING for the server and each
+// service until Drain. A Watch ends when Stop begins, so that an open
+// watch never holds up the shutdown.
+func (s *Server) newHealth() (string, http.Handler) {
+	s.health = grpchealth.NewStaticChecker(servedServices...)
+	s.health.SetStatus("", grpchealth.StatusServing)
+	path, h := grpchealth.NewHandler(s.health)
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.draining:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
-func (s *Server) isDraining() bool {
-	select {
-	case <-s.draining:
-		return true
-	default:
-		return false
+// Drain makes the health service report NOT_SERVING, so that load balancers
+// send no new calls, while the calls in flight and new ones still run. A
+// process drains first, waits for the load balancers to notice, then
+// Stops.
+func (s *Server) Drain() {
+	s.health.SetStatus("", grpchealth.StatusNotServing)
+	for _, name := range servedServices {
+		s.health.SetStatus(name, grpchealth.StatusNotServing)
 	}
 }

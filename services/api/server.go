@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
@@ -129,6 +131,7 @@ type Server struct {
 	tokens  tokenCodec
 	tenants *tenantCache
 	handler http.Handler
+	health  *grpchealth.StaticChecker
 
 	// draining closes at Stop: long polls end early with what they have.
 	draining  chan struct{}
@@ -185,16 +188,8 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle(orchardv1connect.NewDefinitionServiceHandler(&definitionService{s}, opts...))
 	mux.Handle(orchardv1connect.NewTenantServiceHandler(&tenantService{s}, opts...))
 	mux.Handle(orchardv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
-	mux.Handle(s.healthHandler())
-	mux.HandleFunc("GET /healthz", s.healthz)
-	reflector := grpcreflect.NewStaticReflector(
-		orchardv1connect.ClientServiceName,
-		orchardv1connect.WorkerServiceName,
-		orchardv1connect.DefinitionServiceName,
-		orchardv1connect.TenantServiceName,
-		orchardv1connect.AdminServiceName,
-		healthServiceName,
-	)
+	mux.Handle(s.newHealth())
+	reflector := grpcreflect.NewStaticReflector(slices.Concat(servedServices, []string{grpchealth.HealthV1ServiceName})...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	if cfg.Console != nil {
@@ -266,10 +261,11 @@ func (s *Server) Addr() string {
 	return s.ln.Addr().String()
 }
 
-// Stop drains the server: it stops accepting calls, ends the long polls
-// early with what they have, and waits for the calls in flight until ctx
-// ends (then closes the connections).
+// Stop drains the server: it reports NOT_SERVING (Drain), stops accepting
+// calls, ends the long polls and health watches early, and waits for the
+// calls in flight until ctx ends (then closes the connections).
 func (s *Server) Stop(ctx context.Context) error {
+	s.Drain()
 	s.drainOnce.Do(func() { close(s.draining) })
 	s.mu.Lock()
 	srv, done := s.http, s.done
