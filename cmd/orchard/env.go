@@ -135,7 +135,7 @@ func envList(name string) []string {
 
 // envRead are the ORCHARD_* variables read outside the helpers above (the
 // token of the client verbs, the test harness's): not unknown, not checked.
-var envRead = []string{"ORCHARD_TOKEN", "ORCHARD_TEST_DATABASE_URL", "ORCHARD_TESTDB_SETTINGS"}
+var envRead = []string{"ORCHARD_TOKEN", "ORCHARD_TEST_DATABASE_URL", "ORCHARD_TESTDB_SETTINGS", "ORCHARD_SQL_CAPTURE"}
 
 // checkEnv returns an error naming every ORCHARD_* variable whose value does
 // not parse, and the set ORCHARD_* variables that nothing reads (most likely
