@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"time"
 
@@ -47,8 +48,8 @@ func createTables(ctx context.Context, conn Conn) error {
 		)`,
 	} {
 		var err error
-		for attempt := 0; attempt < 5; attempt++ {
-			if _, err = conn.Exec(ctx, stmt); err == nil || !isConcurrentDDL(err) {
+		for attempt := 0; attempt < 10; attempt++ {
+			if _, err = conn.Exec(ctx, stmt); err == nil || !isConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
 				break
 			}
 		}
@@ -60,11 +61,12 @@ func createTables(ctx context.Context, conn Conn) error {
 }
 
 // isConcurrentDDL reports the errors of a statement that raced another
-// session's identical one: a catalog unique violation or a duplicate table
-// (PostgreSQL), a serialization failure (CockroachDB).
+// session's: a catalog unique violation, a duplicate table or type (PostgreSQL's
+// concurrent CREATE TABLE IF NOT EXISTS), a serialization failure (either
+// database, under SERIALIZABLE).
 func isConcurrentDDL(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "40001")
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710" || pgErr.Code == "40001")
 }
 
 // lease is a migrator's hold of the migration lock.
@@ -98,41 +100,60 @@ func acquireLock(ctx context.Context, conn Conn) (*lease, error) {
 			slog.InfoContext(ctx, "schema: waiting for the migration lock", "held_by", by)
 			logged = true
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for the migration lock held by %s: %w", by, context.Cause(ctx))
-		case <-time.After(lockPoll):
+		if err := pause(ctx, lockPoll); err != nil {
+			return nil, fmt.Errorf("waiting for the migration lock held by %s: %w", by, err)
 		}
 	}
 }
 
 // claim takes the lease when it is free, expired or ours (a renewal), and
-// otherwise reports who holds it.
+// otherwise reports who holds it. Claims race each other (and, under
+// SERIALIZABLE, fail with 40001 when they do): a failed claim is tried
+// again after a short pause, until ctx ends.
 func (l *lease) claim(ctx context.Context) (held bool, by string, err error) {
-	for attempt := 0; ; attempt++ {
-		now := time.Now().UnixMilli()
-		err = l.conn.QueryRow(ctx, `
+	for {
+		held, by, err = l.tryClaim(ctx)
+		if err == nil || !isConcurrentDDL(err) {
+			return held, by, err
+		}
+		if err := pause(ctx, 10*time.Millisecond+time.Duration(mrand.Int64N(int64(20*time.Millisecond)))); err != nil {
+			return false, "", fmt.Errorf("take the migration lock: %w", err)
+		}
+	}
+}
+
+func (l *lease) tryClaim(ctx context.Context) (held bool, by string, err error) {
+	now := time.Now().UnixMilli()
+	err = l.conn.QueryRow(ctx, `
 INSERT INTO schema_migration_lock (id, holder, expires_at) VALUES (1, $1, $2)
 ON CONFLICT (id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
 WHERE schema_migration_lock.holder = $1 OR schema_migration_lock.expires_at < $3
 RETURNING holder`, l.holder, now+LockTTL.Milliseconds(), now).Scan(&by)
-		if err == nil {
-			return true, by, nil
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = l.conn.QueryRow(ctx, "SELECT holder FROM schema_migration_lock WHERE id = 1").Scan(&by)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // released in between: claim again
-			}
-			if err != nil {
-				return false, "", fmt.Errorf("read the migration lock: %w", err)
-			}
-			return false, by, nil
-		}
-		if attempt < 5 && isConcurrentDDL(err) {
-			continue
-		}
+	if err == nil {
+		return true, by, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
 		return false, "", fmt.Errorf("take the migration lock: %w", err)
+	}
+	err = l.conn.QueryRow(ctx, "SELECT holder FROM schema_migration_lock WHERE id = 1").Scan(&by)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "(released)", nil // released in between: claim again
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("read the migration lock: %w", err)
+	}
+	return false, by, nil
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -151,9 +172,13 @@ func (l *lease) renew(ctx context.Context) error {
 
 // release deletes the lease if it is still ours.
 func (l *lease) release(ctx context.Context) error {
-	_, err := l.conn.Exec(ctx, "DELETE FROM schema_migration_lock WHERE id = 1 AND holder = $1", l.holder)
-	if err != nil {
-		return fmt.Errorf("release the migration lock: %w", err)
+	for {
+		_, err := l.conn.Exec(ctx, "DELETE FROM schema_migration_lock WHERE id = 1 AND holder = $1", l.holder)
+		if err == nil {
+			return nil
+		}
+		if !isConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
+			return fmt.Errorf("release the migration lock: %w", err)
+		}
 	}
-	return nil
 }

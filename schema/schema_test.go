@@ -99,7 +99,7 @@ WHERE tc.constraint_type = 'PRIMARY KEY' AND tc.table_schema = 'public'
 func TestConcurrentMigrations(t *testing.T) {
 	t.Parallel()
 	url := testdb.EmptyURL(t)
-	const migrators = 3
+	const migrators = 4
 	results := make(chan []string, migrators)
 	errs := make(chan error, migrators)
 	start := make(chan struct{})
@@ -150,7 +150,7 @@ func TestMigrationLease(t *testing.T) {
 	_, err = conn.Exec(t.Context(), "INSERT INTO schema_migration_lock (id, holder, expires_at) VALUES (1, 'other-migrator', $1)",
 		time.Now().Add(time.Hour).UnixMilli())
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	_, err = schema.Migrate(ctx, conn)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
