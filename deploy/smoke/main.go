@@ -132,7 +132,7 @@ func run(ctx context.Context) error {
 	var g errgroup.Group
 	for i := range 2 {
 		g.Go(func() error {
-			p, err := k.start(ctx, job, fmt.Sprintf("migrate-%d", i))
+			p, err := k.start(job, fmt.Sprintf("migrate-%d", i))
 			if err != nil {
 				return err
 			}
@@ -420,8 +420,6 @@ type cluster struct {
 	work    string
 	bin     string
 	secrets map[string]map[string]string
-	mu      sync.Mutex
-	n       int
 }
 
 // workload is what a process of a Deployment or Job is started with.
@@ -478,7 +476,7 @@ type process struct {
 // start starts a process of w the way the kubelet would start its
 // container: the environment, the mounted files and the arguments of the
 // pod spec, nothing else.
-func (k *cluster) start(ctx context.Context, w *workload, name string) (*process, error) {
+func (k *cluster) start(w *workload, name string) (*process, error) {
 	c := w.spec.Containers[0]
 	root := filepath.Join(k.work, "pods", name)
 	env := map[string]string{}
@@ -582,7 +580,6 @@ func (k *cluster) start(ctx context.Context, w *workload, name string) (*process
 		}
 		close(p.done)
 	}()
-	_ = ctx
 	return p, nil
 }
 
@@ -590,7 +587,7 @@ func (k *cluster) start(ctx context.Context, w *workload, name string) (*process
 func (k *cluster) startAll(ctx context.Context, ws []*workload, generation string) ([]*process, error) {
 	var procs []*process
 	for i, w := range ws {
-		p, err := k.start(ctx, w, fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(w.name, "smoke-orchard-"), generation, i))
+		p, err := k.start(w, fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(w.name, "smoke-orchard-"), generation, i))
 		if err != nil {
 			return nil, err
 		}
