@@ -44,6 +44,25 @@ type Options struct {
 	// OnBatch, when set, sees the counts of each batch as it commits; its
 	// calls never overlap.
 	OnBatch func(Result)
+	// Duty paces the work beside the tenants' own load: after each batch
+	// that took d, the worker that ran it rests d*(1-Duty)/Duty, so a
+	// busier database (longer batches) gets longer pauses. 0 or 1: no
+	// pause.
+	Duty float64
+}
+
+// rest pauses after a batch that took d, as Duty says; it returns early
+// when ctx ends.
+func (o *Options) rest(ctx context.Context, d time.Duration) {
+	if o.Duty <= 0 || o.Duty >= 1 {
+		return
+	}
+	t := time.NewTimer(time.Duration(float64(d) * (1 - o.Duty) / o.Duty))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // deleteConcurrency is how many bulk deletes run at once: the database
@@ -100,11 +119,15 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
 		roots := ids(batch)
 		g.Go(func() error {
+			start := time.Now()
 			res, err := s.DeleteInstanceBulk(gctx, &store.DeleteInstanceBulkParams{
 				TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: roots}, Limit: len(roots),
 			})
 			if res != nil {
 				report(Result{Deleted: res.DeleteResult})
+			}
+			if err == nil {
+				o.rest(gctx, time.Since(start))
 			}
 			return err
 		})
@@ -119,11 +142,15 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 		for i, c := range group {
 			ids[i] = c.InstanceID
 		}
+		start := time.Now()
 		res, err := s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
 			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids}, Options: opts, Limit: len(ids),
 		})
 		if res != nil {
 			report(Result{Pruned: res.PruneResult})
+		}
+		if err == nil {
+			o.rest(ctx, time.Since(start))
 		}
 		return err
 	})

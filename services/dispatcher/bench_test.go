@@ -228,8 +228,8 @@ func percentile(v []float64, p float64) float64 {
 // BenchmarkOrchestrationsBesideJanitor measures what a janitor purging at
 // full speed costs the orchestrations of another tenant on the same
 // database: W (as BenchmarkOrchestrations, one shape) and the latency at a
-// fixed pace, with the janitor idle and then purging, side by side in one
-// run. The purge is the retention job's code (pkg/retention) over a tenant
+// fixed pace, with the janitor idle, purging at full speed, and purging at
+// its default pace (duty 0.5), side by side in one run. The purge is the retention job's code (pkg/retention) over a tenant
 // of ORCHARD_BENCH_PURGE_INSTANCES expired instances (200,000 by default),
 // ten history events each; it must outlast the measurement.
 //
@@ -240,14 +240,17 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_PURGE_INSTANCES")); err == nil && v > 0 {
 		purgeSize = v
 	}
-	janitor := map[bool]string{false: "idle", true: "purging"}
+	// duty 0: no purge; 1: full speed; 0.5: the janitor's default pace.
+	janitor := map[float64]string{0: "idle", 1: "purging", 0.5: "paced"}
+	duties := []float64{0, 1, 0.5}
 	var idleRate float64
-	for _, purging := range []bool{false, true} {
-		b.Run("throughput/janitor="+janitor[purging], func(b *testing.B) {
+	for _, duty := range duties {
+		purging := duty > 0
+		b.Run("throughput/janitor="+janitor[duty], func(b *testing.B) {
 			bs := newBenchSystem(b, shape)
 			b.StopTimer()
 			bs.startMany(b.N)
-			stop := bs.purge(purging, purgeSize)
+			stop := bs.purge(duty, purgeSize)
 			b.StartTimer()
 			start := time.Now()
 			bs.run()
@@ -264,13 +267,13 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			b.ReportMetric(purged, "purged-events/s")
 		})
 	}
-	for _, purging := range []bool{false, true} {
-		b.Run("latency/janitor="+janitor[purging], func(b *testing.B) {
+	for _, duty := range duties {
+		b.Run("latency/janitor="+janitor[duty], func(b *testing.B) {
 			if idleRate == 0 {
 				b.Fatal("run with the throughput benchmarks first")
 			}
 			bs := newBenchSystem(b, shape)
-			stop := bs.purge(purging, purgeSize)
+			stop := bs.purge(duty, purgeSize)
 			bs.run()
 			b.ResetTimer()
 			pace := time.NewTicker(time.Duration(float64(time.Second) / (idleRate / 2)))
@@ -293,10 +296,11 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 }
 
 // purge loads n expired instances of another tenant into the benchmark's
-// database and, when on, purges them with the janitor's code until the
-// returned stop is called, which reports the purge rate (events/s).
-func (bs *benchSystem) purge(on bool, n int) (stop func() float64) {
-	if !on {
+// database and, with a duty above 0, purges them with the janitor's code at
+// that pace until the returned stop is called, which reports the purge
+// rate (events/s).
+func (bs *benchSystem) purge(duty float64, n int) (stop func() float64) {
+	if duty == 0 {
 		return func() float64 { return 0 }
 	}
 	ctx := bs.b.Context()
@@ -319,7 +323,7 @@ func (bs *benchSystem) purge(on bool, n int) (stop func() float64) {
 	started := time.Now()
 	go func() {
 		res, _ := retention.Apply(pctx, crdb.New(pool, crdb.Options{}), "bulk",
-			store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}, retention.Options{Now: now})
+			store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}, retention.Options{Now: now, Duty: duty})
 		done <- res
 	}()
 	return func() float64 {

@@ -65,6 +65,10 @@ type Config struct {
 	PageSize int
 	// Workers bounds the jobs worked at once by this process (4).
 	Workers int
+	// Duty paces retention beside the tenants' load (retention.Options):
+	// each worker rests after a batch in proportion to how long it took
+	// (0.5: as long; 1: never).
+	Duty float64
 	// EraseRowsPerStep bounds the rows one erasure step deletes (10000).
 	EraseRowsPerStep int
 	// AuditRetention is how long audit records are kept (90 days); an
@@ -95,6 +99,7 @@ func (c *Config) defaults() error {
 	c.JobBudget = cmp.Or(c.JobBudget, 30*time.Second)
 	c.PageSize = cmp.Or(c.PageSize, retention.DefaultPageSize)
 	c.Workers = cmp.Or(c.Workers, 4)
+	c.Duty = cmp.Or(c.Duty, 0.5)
 	c.EraseRowsPerStep = cmp.Or(c.EraseRowsPerStep, 10_000)
 	c.AuditRetention = cmp.Or(c.AuditRetention, 90*24*time.Hour)
 	c.OperationPoll = cmp.Or(c.OperationPoll, 500*time.Millisecond)
@@ -108,8 +113,8 @@ func (c *Config) defaults() error {
 	if c.TracerProvider == nil {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
-	if c.Interval < time.Second || c.JobBudget < 0 || c.PageSize < 0 || c.Workers < 0 || c.EraseRowsPerStep < 0 {
-		return errors.New("janitor: interval must be at least 1s, and budgets and sizes not negative")
+	if c.Interval < time.Second || c.JobBudget < 0 || c.PageSize < 0 || c.Workers < 0 || c.EraseRowsPerStep < 0 || c.Duty < 0 || c.Duty > 1 {
+		return errors.New("janitor: interval must be at least 1s, duty within [0, 1], and budgets and sizes not negative")
 	}
 	return nil
 }
