@@ -62,13 +62,9 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 		var retention []byte
 		_, err = pgx.ForEachRow(rows, []any{&c.InstanceID, &c.Name, &c.Status, &completed, &retention}, func() error {
 			c.CompletedAt = fromMillis(completed)
-			c.Retention = nil
-			if retention != nil {
-				var r store.Retention
-				if err := json.Unmarshal(retention, &r); err != nil {
-					return fmt.Errorf("instance %q: stored retention: %w", c.InstanceID, err)
-				}
-				c.Retention = &r
+			var err error
+			if c.Retention, err = decodeRetention(c.InstanceID, retention); err != nil {
+				return err
 			}
 			out = append(out, c)
 			return nil
@@ -76,6 +72,19 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 		return err
 	})
 	return out, err
+}
+
+// decodeRetention reads an instance's stored retention; nil when it has
+// none.
+func decodeRetention(instanceID string, stored []byte) (*store.Retention, error) {
+	if stored == nil {
+		return nil, nil
+	}
+	var r store.Retention
+	if err := json.Unmarshal(stored, &r); err != nil {
+		return nil, fmt.Errorf("instance %q: stored retention: %w", instanceID, err)
+	}
+	return &r, nil
 }
 
 // SummarizeTrees counts what deleting each root's tree would remove.
@@ -132,13 +141,9 @@ ORDER BY p.instance_id LIMIT $3`, p.TenantID, p.AfterID, limit)
 		var c store.ChainCandidate
 		var retention []byte
 		_, err = pgx.ForEachRow(rows, []any{&c.InstanceID, &c.RootInstanceID, &c.Name, &retention}, func() error {
-			c.Retention = nil
-			if retention != nil {
-				var r store.Retention
-				if err := json.Unmarshal(retention, &r); err != nil {
-					return fmt.Errorf("instance %q: stored retention: %w", c.InstanceID, err)
-				}
-				c.Retention = &r
+			var err error
+			if c.Retention, err = decodeRetention(c.InstanceID, retention); err != nil {
+				return err
 			}
 			out = append(out, c)
 			return nil
