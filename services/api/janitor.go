@@ -31,7 +31,7 @@ type JanitorQueue interface {
 	RunOperation(ctx context.Context, tenantID, operationID string) error
 }
 
-// noJanitor answers the calls that need the janitor when none is
+// janitor is the queue the janitor's calls need; Unavailable when none is
 // configured.
 func (s *Server) janitor() (JanitorQueue, error) {
 	if s.cfg.Janitor == nil {
