@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/telemetry"
-	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -88,15 +88,15 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return err
 	}
-	var srv *testdb.Server
+	var srv *dbserver.Server
 	var err error
 	if bin, lookErr := exec.LookPath("cockroach"); lookErr == nil {
 		fmt.Fprintln(out, "starting CockroachDB (in memory) from", bin)
-		srv, err = testdb.StartCockroach(bin)
+		srv, err = dbserver.StartCockroach(ctx, bin)
 	} else {
 		abs, _ := filepath.Abs(o.dir)
 		fmt.Fprintln(out, "starting PostgreSQL in", abs)
-		srv, err = testdb.StartPostgres(ctx, testdb.PostgresOptions{Dir: filepath.Join(o.dir, "db"), Port: o.port, Durable: true})
+		srv, err = dbserver.StartPostgres(ctx, dbserver.PostgresOptions{Dir: filepath.Join(o.dir, "db"), Port: o.port, Durable: true})
 	}
 	if err != nil {
 		return fmt.Errorf("embedded database: %w", err)

@@ -38,7 +38,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
@@ -90,7 +90,7 @@ func run(ctx context.Context) error {
 	step("built orchard (%s)", time.Since(t).Round(100*time.Millisecond))
 
 	t = time.Now()
-	db, err := testdb.StartPostgres(ctx, testdb.PostgresOptions{Dir: filepath.Join(work, "db")})
+	db, err := dbserver.StartPostgres(ctx, dbserver.PostgresOptions{Dir: filepath.Join(work, "db")})
 	if err != nil {
 		return err
 	}

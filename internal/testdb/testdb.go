@@ -6,8 +6,7 @@
 //
 //  1. ORCHARD_TEST_DATABASE_URL, a server someone else runs (PostgreSQL or
 //     CockroachDB); each test gets its own database on it, dropped afterwards.
-//  2. A cockroach binary on PATH, started with cockroach-go's testserver
-//     (pointed at that binary: nothing is ever downloaded).
+//  2. A cockroach binary on PATH, started as a single in-memory node.
 //  3. The machine's PostgreSQL binaries (PATH, then /usr/lib/postgresql/*/bin):
 //     initdb into a temporary directory, a free loopback port, fsync off,
 //     default_transaction_isolation = serializable like CockroachDB.
@@ -17,7 +16,8 @@
 // A throwaway server stops and its files go away when the binary exits, also
 // after a panic or os.Exit: call Main from TestMain to stop it promptly.
 //
-// `orchard dev` reuses StartPostgres with a persistent directory.
+// Starting and stopping the server process is internal/dbserver's, which
+// `orchard dev` uses too; this package is the test glue around it.
 package testdb
 
 import (
@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/sqlcapture"
 	"github.com/orchardhq/orchard/schema"
 )
@@ -47,7 +48,7 @@ const howToGetOne = "set " + EnvURL + " to a PostgreSQL or CockroachDB URL, put 
 
 var shared struct {
 	once     sync.Once
-	server   *Server
+	server   *dbserver.Server
 	template string // PostgreSQL only: the migrated template database
 	err      error
 }
@@ -65,8 +66,8 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Server returns the shared server of this test binary, starting it on first use.
-func SharedServer(tb testing.TB) *Server {
+// SharedServer returns the shared server of this test binary, starting it on first use.
+func SharedServer(tb testing.TB) *dbserver.Server {
 	tb.Helper()
 	shared.once.Do(func() {
 		shared.server, shared.err = startShared(context.Background())
@@ -80,7 +81,7 @@ func SharedServer(tb testing.TB) *Server {
 	return shared.server
 }
 
-func startShared(ctx context.Context) (*Server, error) {
+func startShared(ctx context.Context) (*dbserver.Server, error) {
 	if raw := os.Getenv(EnvURL); raw != "" {
 		conn, err := pgx.Connect(ctx, raw)
 		if err != nil {
@@ -91,12 +92,12 @@ func startShared(ctx context.Context) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Server{URL: raw, Cockroach: cockroach}, nil
+		return dbserver.External(raw, cockroach), nil
 	}
 	if path, err := exec.LookPath("cockroach"); err == nil {
-		return StartCockroach(path)
+		return dbserver.StartCockroach(ctx, path)
 	}
-	return StartPostgres(ctx, PostgresOptions{})
+	return dbserver.StartPostgres(ctx, dbserver.PostgresOptions{})
 }
 
 func makeTemplate(ctx context.Context, adminURL string) (string, error) {

@@ -1,4 +1,4 @@
-package testdb
+package dbserver
 
 import (
 	"bytes"
@@ -18,38 +18,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cockroachdb/cockroach-go/v2/testserver"
 	"github.com/jackc/pgx/v5"
 )
-
-// Server is a running database server that this process started, or one it
-// was pointed at.
-type Server struct {
-	// URL reaches the server's administrative database.
-	URL string
-	// Cockroach is true when the server is CockroachDB.
-	Cockroach bool
-
-	stop func() error
-}
-
-// Stop shuts the server down and, for a throwaway server, removes its files.
-// It is safe to call more than once.
-func (s *Server) Stop() error {
-	if s.stop == nil {
-		return nil
-	}
-	stop := s.stop
-	s.stop = nil
-	return stop()
-}
 
 // PostgresOptions configures StartPostgres.
 type PostgresOptions struct {
 	// Dir holds the cluster (Dir/data) and its log (Dir/postgres.log). Empty:
 	// a temporary directory that Stop removes, as does the death of this process.
 	Dir string
-	// Port to bind on 127.0.0.1; 0 picks a free one.
+	// Port to bind on 127.0.0.1; 0 picks one: with a Dir, the port the
+	// cluster had last time when it is free (kept in Dir/port), so that its
+	// URL stays the same across restarts; otherwise a free one.
 	Port int
 	// Durable keeps fsync on. Tests leave it off: they need speed, not crash safety.
 	Durable bool
@@ -103,25 +82,6 @@ func serverUser() (*syscall.Credential, error) {
 	return nil, errors.New("running as root and no 'postgres' or 'nobody' account to run PostgreSQL as")
 }
 
-// supervisor runs postgres and waits for its standard input to close, which
-// happens when Stop is called and also when this process dies in any way
-// (panic, os.Exit, SIGKILL). It then stops the server and removes a
-// throwaway directory, so no server and no files outlive the tests.
-const supervisor = `
-dir=$1; shift
-"$@" </dev/null >>"$dir/postgres.log" 2>&1 &
-pg=$!
-while read -r _; do :; done
-kill -INT "$pg" 2>/dev/null
-wait "$pg"
-if [ -e "$dir/` + removeMarker + `" ]; then rm -rf "$dir"; fi
-`
-
-// removeMarker in a server's directory tells its supervisor to remove the
-// directory when the server stops. It is written once the server is up, so
-// that a failed start (retried on another port) keeps the cluster.
-const removeMarker = "remove-on-exit"
-
 // StartPostgres starts a PostgreSQL cluster from the machine's binaries and
 // waits until it accepts connections.
 func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
@@ -171,11 +131,34 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 			return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 		}
 	}
+	portFile := filepath.Join(dir, "port")
+	last := 0
+	if !remove {
+		if b, err := os.ReadFile(portFile); err == nil {
+			last, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+	}
 	// A free port can be taken by another process before the server binds
 	// it: then the server exits, or a different server answers. Try again
 	// on another port.
 	for attempt := 1; ; attempt++ {
-		srv, err := startServer(ctx, bin, dir, data, remove, cred, opts)
+		port := opts.Port
+		if port == 0 && attempt == 1 && last > 0 {
+			port = last
+		}
+		if port == 0 {
+			if port, err = freePort(); err != nil {
+				cleanup()
+				return nil, err
+			}
+		}
+		srv, err := startServer(ctx, bin, dir, data, port, remove, cred, opts)
+		if err == nil && !remove {
+			err = os.WriteFile(portFile, []byte(strconv.Itoa(port)+"\n"), 0o644)
+			if err != nil {
+				_ = srv.Stop()
+			}
+		}
 		if err == nil || opts.Port != 0 || attempt == 3 {
 			if err != nil {
 				cleanup()
@@ -185,14 +168,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 	}
 }
 
-func startServer(ctx context.Context, bin, dir, data string, remove bool, cred *syscall.Credential, opts PostgresOptions) (*Server, error) {
-	port := opts.Port
-	if port == 0 {
-		var err error
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
-	}
+func startServer(ctx context.Context, bin, dir, data string, port int, remove bool, cred *syscall.Credential, opts PostgresOptions) (*Server, error) {
 	args := []string{
 		filepath.Join(bin, "postgres"), "-D", data,
 		"-c", "listen_addresses=127.0.0.1",
@@ -215,32 +191,9 @@ func startServer(ctx context.Context, bin, dir, data string, remove bool, cred *
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	cmd := exec.Command("/bin/sh", append([]string{"-c", supervisor, "orchard-postgres", dir}, args...)...)
-	// Its own process group: a Ctrl-C aimed at the tests reaches the
-	// supervisor only through its closed standard input, so it always cleans up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	stdin, err := cmd.StdinPipe()
+	proc, err := startSupervised(dir, "postgres.log", "INT", cred, args)
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
-	stop := func() error {
-		_ = stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if remove {
-			_ = os.RemoveAll(dir)
-		}
-		return nil
 	}
 	u := url.URL{
 		Scheme:   "postgres",
@@ -249,19 +202,12 @@ func startServer(ctx context.Context, bin, dir, data string, remove bool, cred *
 		Path:     "/postgres",
 		RawQuery: "sslmode=disable",
 	}
-	if err := waitReady(ctx, u.String(), data, exited); err != nil {
+	if err := waitReady(ctx, u.String(), data, proc.exited); err != nil {
 		logTail := readTail(filepath.Join(dir, "postgres.log"), 2000)
-		_ = stdin.Close()
-		<-exited
+		proc.stop()
 		return nil, fmt.Errorf("postgres did not start: %w\n%s", err, logTail)
 	}
-	if remove {
-		if err := os.WriteFile(filepath.Join(dir, removeMarker), nil, 0o644); err != nil {
-			_ = stop()
-			return nil, err
-		}
-	}
-	return &Server{URL: u.String(), stop: stop}, nil
+	return proc.server(u.String(), false, remove)
 }
 
 // waitReady waits until the server answers, and checks that it is ours.
@@ -336,15 +282,4 @@ func readTail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(bytes.TrimSpace(b))
-}
-
-// StartCockroach starts a single in-memory CockroachDB node from the given
-// binary with cockroach-go's testserver, which never downloads anything when
-// handed a binary.
-func StartCockroach(binary string) (*Server, error) {
-	ts, err := testserver.NewTestServer(testserver.CockroachBinaryPathOpt(binary))
-	if err != nil {
-		return nil, fmt.Errorf("start cockroach from %s: %w", binary, err)
-	}
-	return &Server{URL: ts.PGURL().String(), Cockroach: true, stop: func() error { ts.Stop(); return nil }}, nil
 }
