@@ -44,25 +44,9 @@ type Options struct {
 	// OnBatch, when set, sees the counts of each batch as it commits; its
 	// calls never overlap.
 	OnBatch func(Result)
-	// Duty paces the work beside the tenants' own load: after each batch
-	// that took d, the worker that ran it rests d*(1-Duty)/Duty, so a
-	// busier database (longer batches) gets longer pauses. 0 or 1: no
-	// pause.
-	Duty float64
-}
-
-// rest pauses after a batch that took d, as Duty says; it returns early
-// when ctx ends.
-func (o *Options) rest(ctx context.Context, d time.Duration) {
-	if o.Duty <= 0 || o.Duty >= 1 {
-		return
-	}
-	t := time.NewTimer(time.Duration(float64(d) * (1 - o.Duty) / o.Duty))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	// Pacer paces the work beside the tenants' own load (see Pacer); nil:
+	// no pause between batches.
+	Pacer *Pacer
 }
 
 // deleteConcurrency is how many bulk deletes run at once: the database
@@ -92,6 +76,11 @@ func (r *Result) add(o Result) {
 	r.Pruned.InstancesProcessed += o.Pruned.InstancesProcessed
 	r.Pruned.ExecutionsDeleted += o.Pruned.ExecutionsDeleted
 	r.Pruned.EventsDeleted += o.Pruned.EventsDeleted
+}
+
+// deletedRows counts the rows a delete removed, what its time is paced by.
+func deletedRows(r store.DeleteResult) int64 {
+	return r.InstancesDeleted + r.ExecutionsDeleted + r.EventsDeleted + r.QueueMessagesDeleted
 }
 
 // Executions counts the executions removed by deletes and prunes.
@@ -127,7 +116,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 				report(Result{Deleted: res.DeleteResult})
 			}
 			if err == nil {
-				o.rest(gctx, time.Since(start))
+				o.Pacer.rest(gctx, time.Since(start), deletedRows(res.DeleteResult))
 			}
 			return err
 		})
@@ -150,7 +139,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 			report(Result{Pruned: res.PruneResult})
 		}
 		if err == nil {
-			o.rest(ctx, time.Since(start))
+			o.Pacer.rest(ctx, time.Since(start), res.ExecutionsDeleted+res.EventsDeleted)
 		}
 		return err
 	})

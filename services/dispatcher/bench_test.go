@@ -225,13 +225,15 @@ func percentile(v []float64, p float64) float64 {
 	return s[min(int(p*float64(len(s))), len(s)-1)]
 }
 
-// BenchmarkOrchestrationsBesideJanitor measures what a janitor purging at
-// full speed costs the orchestrations of another tenant on the same
-// database: W (as BenchmarkOrchestrations, one shape) and the latency at a
-// fixed pace, with the janitor idle, purging at full speed, and purging at
-// its default pace (duty 0.5), side by side in one run. The purge is the retention job's code (pkg/retention) over a tenant
-// of ORCHARD_BENCH_PURGE_INSTANCES expired instances (200,000 by default),
-// ten history events each; it must outlast the measurement.
+// BenchmarkOrchestrationsBesideJanitor measures what a janitor purging
+// another tenant costs the orchestrations on the same database: W (as
+// BenchmarkOrchestrations, one shape) and the latency at a fixed pace, with
+// the janitor idle, purging flat out, and purging under its pacer
+// (retention.Pacer, as the janitor runs it), side by side in one run. The
+// purge is the retention job's code (pkg/retention) over a tenant of
+// ORCHARD_BENCH_PURGE_INSTANCES expired instances (200,000 by default), ten
+// history events each, loaded (and vacuumed) in every mode, idle too, so
+// the modes differ only by the purge; it must outlast the measurement.
 //
 //	go test -run='^$' -bench=BesideJanitor -benchtime=3000x -timeout 30m ./services/dispatcher/
 func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
@@ -240,40 +242,38 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("ORCHARD_BENCH_PURGE_INSTANCES")); err == nil && v > 0 {
 		purgeSize = v
 	}
-	// duty 0: no purge; 1: full speed; 0.5: the janitor's default pace.
-	janitor := map[float64]string{0: "idle", 1: "purging", 0.5: "paced"}
-	duties := []float64{0, 1, 0.5}
+	modes := []string{"idle", "flat-out", "paced"}
 	var idleRate float64
-	for _, duty := range duties {
-		purging := duty > 0
-		b.Run("throughput/janitor="+janitor[duty], func(b *testing.B) {
+	for _, mode := range modes {
+		b.Run("throughput/janitor="+mode, func(b *testing.B) {
 			bs := newBenchSystem(b, shape)
 			b.StopTimer()
 			bs.startMany(b.N)
-			stop := bs.purge(duty, purgeSize)
+			stop := bs.purge(mode, purgeSize)
 			b.StartTimer()
 			start := time.Now()
 			bs.run()
 			bs.waitTurns(2 * int64(b.N))
 			elapsed := time.Since(start)
 			b.StopTimer()
-			purged := stop()
+			purged, duty := stop()
 			bs.stop()
 			rate := float64(b.N) / elapsed.Seconds()
-			if !purging {
+			if mode == "idle" {
 				idleRate = rate
 			}
 			b.ReportMetric(rate, "orchestrations/s")
 			b.ReportMetric(purged, "purged-events/s")
+			b.ReportMetric(duty, "duty")
 		})
 	}
-	for _, duty := range duties {
-		b.Run("latency/janitor="+janitor[duty], func(b *testing.B) {
+	for _, mode := range modes {
+		b.Run("latency/janitor="+mode, func(b *testing.B) {
 			if idleRate == 0 {
 				b.Fatal("run with the throughput benchmarks first")
 			}
 			bs := newBenchSystem(b, shape)
-			stop := bs.purge(duty, purgeSize)
+			stop := bs.purge(mode, purgeSize)
 			bs.run()
 			b.ResetTimer()
 			pace := time.NewTicker(time.Duration(float64(time.Second) / (idleRate / 2)))
@@ -284,25 +284,24 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			}
 			bs.waitTurns(2 * int64(b.N))
 			b.StopTimer()
-			purged := stop()
+			purged, duty := stop()
 			bs.stop()
 			lat := bs.latencies()
 			b.ReportMetric(idleRate/2, "offered/s")
 			b.ReportMetric(percentile(lat, 0.50), "p50-ms")
 			b.ReportMetric(percentile(lat, 0.99), "p99-ms")
 			b.ReportMetric(purged, "purged-events/s")
+			b.ReportMetric(duty, "duty")
 		})
 	}
 }
 
 // purge loads n expired instances of another tenant into the benchmark's
-// database and, with a duty above 0, purges them with the janitor's code at
-// that pace until the returned stop is called, which reports the purge
-// rate (events/s).
-func (bs *benchSystem) purge(duty float64, n int) (stop func() float64) {
-	if duty == 0 {
-		return func() float64 { return 0 }
-	}
+// database, vacuums it so that no autovacuum of the load runs during the
+// measurement, and, in modes other than idle, purges them with the
+// janitor's code until the returned stop is called, which reports the
+// purge rate (events/s) and the pacer's last duty (1 when not paced).
+func (bs *benchSystem) purge(mode string, n int) (stop func() (eventsPerSecond, duty float64)) {
 	ctx := bs.b.Context()
 	pool, err := pgxpool.New(ctx, bs.url)
 	if err != nil {
@@ -315,18 +314,26 @@ func (bs *benchSystem) purge(duty float64, n int) (stop func() float64) {
 	}); err != nil {
 		bs.b.Fatal(err)
 	}
-	if err := datagen.Analyze(ctx, pool); err != nil {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
 		bs.b.Fatal(err)
+	}
+	if mode == "idle" {
+		pool.Close()
+		return func() (float64, float64) { return 0, 0 }
+	}
+	var pacer *retention.Pacer
+	if mode == "paced" {
+		pacer = retention.NewPacer(1)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan retention.Result, 1)
 	started := time.Now()
 	go func() {
 		res, _ := retention.Apply(pctx, crdb.New(pool, crdb.Options{}), "bulk",
-			store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}, retention.Options{Now: now, Duty: duty})
+			store.RetentionPolicy{Default: store.Retention{Completed: new(time.Duration(0))}}, retention.Options{Now: now, Pacer: pacer})
 		done <- res
 	}()
-	return func() float64 {
+	return func() (float64, float64) {
 		cancel()
 		res := <-done
 		elapsed := time.Since(started)
@@ -334,6 +341,10 @@ func (bs *benchSystem) purge(duty float64, n int) (stop func() float64) {
 		if res.Complete {
 			bs.b.Logf("the purge ended before the measurement: give ORCHARD_BENCH_PURGE_INSTANCES more than %d", n)
 		}
-		return float64(res.Events()) / elapsed.Seconds()
+		duty := 1.0
+		if pacer != nil {
+			duty = pacer.Duty()
+		}
+		return float64(res.Events()) / elapsed.Seconds(), duty
 	}
 }

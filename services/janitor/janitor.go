@@ -65,9 +65,11 @@ type Config struct {
 	PageSize int
 	// Workers bounds the jobs worked at once by this process (4).
 	Workers int
-	// Duty paces retention beside the tenants' load (retention.Options):
-	// each worker rests after a batch in proportion to how long it took
-	// (0.5: as long; 1: never).
+	// Duty is the largest share of its time a retention worker spends
+	// deleting (1: flat out while the database is otherwise quiet). A
+	// retention.Pacer shared by the workers lowers it while batches run
+	// slower than they do on a quiet database, so tenants' orchestrations
+	// keep the database first.
 	Duty float64
 	// EraseRowsPerStep bounds the rows one erasure step deletes (10000).
 	EraseRowsPerStep int
@@ -99,7 +101,7 @@ func (c *Config) defaults() error {
 	c.JobBudget = cmp.Or(c.JobBudget, 30*time.Second)
 	c.PageSize = cmp.Or(c.PageSize, retention.DefaultPageSize)
 	c.Workers = cmp.Or(c.Workers, 4)
-	c.Duty = cmp.Or(c.Duty, 0.5)
+	c.Duty = cmp.Or(c.Duty, 1)
 	c.EraseRowsPerStep = cmp.Or(c.EraseRowsPerStep, 10_000)
 	c.AuditRetention = cmp.Or(c.AuditRetention, 90*24*time.Hour)
 	c.OperationPoll = cmp.Or(c.OperationPoll, 500*time.Millisecond)
@@ -124,6 +126,7 @@ type Janitor struct {
 	cfg    Config
 	client *river.Client[pgx.Tx]
 	tracer trace.Tracer
+	pacer  *retention.Pacer
 }
 
 // New builds a Janitor; Start runs it.
@@ -131,7 +134,7 @@ func New(cfg Config) (*Janitor, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	j := &Janitor{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/orchardhq/orchard/services/janitor")}
+	j := &Janitor{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/orchardhq/orchard/services/janitor"), pacer: retention.NewPacer(cfg.Duty)}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(j.sweep))
 	river.AddWorker(workers, river.WorkFunc(j.retention))

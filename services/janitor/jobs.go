@@ -114,7 +114,7 @@ func (j *Janitor) retention(ctx context.Context, job *river.Job[retentionArgs]) 
 	// counts them and says it did not finish.
 	var progressErr error
 	res, err := retention.Apply(ctx, j.cfg.Store, tenantID, t.Retention, retention.Options{
-		Now: j.cfg.Clock.Now(), PageSize: j.cfg.PageSize, Deadline: started.Add(j.cfg.JobBudget), Duty: j.cfg.Duty,
+		Now: j.cfg.Clock.Now(), PageSize: j.cfg.PageSize, Deadline: started.Add(j.cfg.JobBudget), Pacer: j.pacer,
 		OnBatch: func(b retention.Result) {
 			j.cfg.Metrics.deleted(ctx, b)
 			step := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, Result: auditResult(b)}

@@ -1,0 +1,117 @@
+package retention
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// testPacer returns a pacer whose clock the test moves.
+func testPacer(maxDuty float64) (*Pacer, *time.Time) {
+	p := NewPacer(maxDuty)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p.now = func() time.Time { return now }
+	return p, &now
+}
+
+func TestPacerRunsFlatOutWhileBatchesCostWhatTheyDoOnAQuietDatabase(t *testing.T) {
+	p, _ := testPacer(1)
+	var rest time.Duration
+	for range 20 {
+		rest = p.observe(100*time.Millisecond, 1000)
+	}
+	if p.Duty() != 1 || rest != 0 {
+		t.Fatalf("after steady batches: duty %v, rest %v; want 1 and no rest", p.Duty(), rest)
+	}
+}
+
+func TestPacerYieldsWhenBatchesSlowDownAndComesBack(t *testing.T) {
+	p, _ := testPacer(1)
+	for range 20 {
+		p.observe(100*time.Millisecond, 1000)
+	}
+	// The database is busy: the same rows take three times as long.
+	rest := p.observe(300*time.Millisecond, 1000)
+	if p.Duty() != 0.5 || rest != 300*time.Millisecond {
+		t.Fatalf("after one slow batch: duty %v, rest %v; want 0.5 and 300ms", p.Duty(), rest)
+	}
+	for range 10 {
+		p.observe(300*time.Millisecond, 1000)
+	}
+	if p.Duty() != minDuty {
+		t.Fatalf("while the database stays busy the duty falls to its floor %v, got %v", minDuty, p.Duty())
+	}
+	if rest := p.observe(300*time.Millisecond, 1000); rest != 19*300*time.Millisecond {
+		t.Fatalf("at the floor a worker rests 19 times its batch, got %v", rest)
+	}
+	// Quiet again: the duty grows back step by step.
+	p.observe(100*time.Millisecond, 1000)
+	if d := p.Duty(); d <= minDuty || d >= 1 {
+		t.Fatalf("one quiet batch raises the duty a step, got %v", d)
+	}
+	for range 40 {
+		p.observe(100*time.Millisecond, 1000)
+	}
+	if p.Duty() != 1 {
+		t.Fatalf("after many quiet batches the duty is back at its ceiling, got %v", p.Duty())
+	}
+}
+
+func TestPacerJudgesTimePerRowAndKeepsItsCeiling(t *testing.T) {
+	p, _ := testPacer(0.5)
+	p.observe(100*time.Millisecond, 1000)
+	// Ten times the rows in ten times the time is no slowdown.
+	for range 20 {
+		p.observe(time.Second, 10_000)
+	}
+	if p.Duty() != 0.5 {
+		t.Fatalf("duty %v, want the ceiling 0.5", p.Duty())
+	}
+	if rest := p.observe(time.Second, 10_000); rest != time.Second {
+		t.Fatalf("at duty 0.5 a worker rests as long as its batch took, got %v", rest)
+	}
+	if rest := p.observe(time.Second, 0); rest != 0 {
+		t.Fatalf("a batch that deleted nothing says nothing of the database: rest %v", rest)
+	}
+}
+
+func TestPacerForgetsAnOldBase(t *testing.T) {
+	p, now := testPacer(1)
+	for range 20 {
+		p.observe(100*time.Millisecond, 1000)
+	}
+	// The quiet cost has grown (the tables did): after the base's memory of
+	// baseMinutes, the new cost is the base and no longer a slowdown.
+	*now = now.Add((baseMinutes + 1) * time.Minute)
+	for range 30 {
+		p.observe(200*time.Millisecond, 1000)
+	}
+	if p.Duty() != 1 {
+		t.Fatalf("duty %v, want 1 once the old base is forgotten", p.Duty())
+	}
+	// Within the memory it still counts: a base seen five minutes ago
+	// makes a batch twice as slow a slowdown.
+	p.observe(100*time.Millisecond, 1000)
+	*now = now.Add(5 * time.Minute)
+	p.observe(200*time.Millisecond, 1000)
+	if p.Duty() != 0.5 {
+		t.Fatalf("duty %v, want 0.5", p.Duty())
+	}
+}
+
+func TestPacerRestEndsWithTheContext(t *testing.T) {
+	p, _ := testPacer(1)
+	for range 20 {
+		p.observe(100*time.Millisecond, 1000)
+	}
+	for range 10 {
+		p.observe(time.Hour, 1000) // duty to its floor
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// An hour's batch at the floor would rest 19 hours; a cancelled
+	// context returns at once.
+	p.rest(ctx, time.Hour, 1000)
+	var nilPacer *Pacer
+	nilPacer.rest(context.Background(), time.Hour, 1000)
+}
