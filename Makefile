@@ -14,7 +14,7 @@ COMMIT      ?= $(shell git rev-parse --verify -q HEAD || echo unknown)
 BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -99,3 +99,19 @@ deploy-smoke:
 # The OCI image as a tarball (bin/orchard-image.tar), without a Docker daemon.
 image:
 	bash deploy/image/build.sh
+
+# The standard load test (loadtest/plans/standard.yaml, 60 s) against a
+# fresh `orchard dev` that this target starts and stops; the report lands in
+# loadtest-results/. LOADTEST_ARGS adds flags (--plan burst, --duration 20s).
+LOADTEST_DIR := .orchard/loadtest
+LOADTEST_ADDR := 127.0.0.1:18080
+loadtest:
+	$(GO) build -o bin/orchard ./cmd/orchard
+	@rm -rf $(LOADTEST_DIR); mkdir -p $(LOADTEST_DIR)
+	@./bin/orchard dev --fresh --dir $(LOADTEST_DIR) --addr $(LOADTEST_ADDR) --ops-addr '' --log-level error \
+		> $(LOADTEST_DIR)/dev.log 2>&1 & pid=$$!; \
+	trap "kill $$pid 2>/dev/null; wait $$pid" EXIT; \
+	for i in $$(seq 600); do [ -s $(LOADTEST_DIR)/tokens/admin ] && break; \
+		kill -0 $$pid 2>/dev/null || { cat $(LOADTEST_DIR)/dev.log; exit 1; }; sleep 0.1; done; \
+	./bin/orchard loadtest --addr http://$(LOADTEST_ADDR) --token-file $(LOADTEST_DIR)/tokens/admin \
+		--cpu-pid $$pid $(LOADTEST_ARGS)

@@ -11,10 +11,12 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.10.0
 	connectrpc.com/validate v0.7.0
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/MicahParks/keyfunc/v3 v3.9.0
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/exaring/otelpgx v0.13.0
+	github.com/go-echarts/go-echarts/v2 v2.6.7
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0

@@ -78,7 +78,7 @@ func rootCommand() *cobra.Command {
 		}
 		return checkEnvBeforeRun()
 	}
-	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand(), versionCommand())
+	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand(), loadtestCommand(), versionCommand())
 	root.AddCommand(clientCommands()...)
 	return root
 }

@@ -1,0 +1,143 @@
+package loadtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPUReport is the server's CPU over the measured window: the processes
+// named to the generator and their descendants, split into the database's
+// (processes called postgres or cockroach) and Orchard's (the rest).
+type CPUReport struct {
+	Pids                           []int   `json:"pids"`
+	OrchardCores                   float64 `json:"orchard_cores"`
+	DatabaseCores                  float64 `json:"database_cores"`
+	OrchardMillisPerOrchestration  float64 `json:"orchard_ms_per_orchestration"`
+	DatabaseMillisPerOrchestration float64 `json:"database_ms_per_orchestration"`
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
+// 100 on every Linux the generator is meant for.
+const clockTicks = 100
+
+// cpuSample is the CPU time, so far, of the process trees under some
+// roots: Orchard's and the database's.
+type cpuSample struct{ orchard, database time.Duration }
+
+// procStat is what the generator reads of /proc/<pid>/stat.
+type procStat struct {
+	pid, ppid int
+	comm      string
+	// cpu is the process's user and system time, with that of its
+	// children that it has waited for (exited database backends).
+	cpu time.Duration
+}
+
+// parseProcStat reads one /proc/<pid>/stat line. The command name is in
+// parentheses and may hold spaces and parentheses: it ends at the last ')'.
+func parseProcStat(line string) (procStat, error) {
+	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+	if open < 0 || end < open {
+		return procStat{}, fmt.Errorf("stat line without a command: %q", line)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line[:open]))
+	if err != nil {
+		return procStat{}, err
+	}
+	// After the command: state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
+	f := strings.Fields(line[end+1:])
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("short stat line: %q", line)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, err
+	}
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return procStat{}, err
+		}
+		ticks += n
+	}
+	return procStat{pid: pid, ppid: ppid, comm: line[open+1 : end], cpu: time.Duration(ticks) * time.Second / clockTicks}, nil
+}
+
+// sumTrees sums the CPU of the processes under roots (roots included).
+func sumTrees(procs []procStat, roots []int) cpuSample {
+	children := map[int][]procStat{}
+	byPID := map[int]procStat{}
+	for _, p := range procs {
+		children[p.ppid] = append(children[p.ppid], p)
+		byPID[p.pid] = p
+	}
+	var s cpuSample
+	seen := map[int]bool{}
+	var walk func(p procStat)
+	walk = func(p procStat) {
+		if seen[p.pid] {
+			return
+		}
+		seen[p.pid] = true
+		if strings.HasPrefix(p.comm, "postgres") || strings.HasPrefix(p.comm, "cockroach") {
+			s.database += p.cpu
+		} else {
+			s.orchard += p.cpu
+		}
+		for _, c := range children[p.pid] {
+			walk(c)
+		}
+	}
+	for _, r := range roots {
+		if p, ok := byPID[r]; ok {
+			walk(p)
+		}
+	}
+	return s
+}
+
+// sampleCPU reads the CPU time of the process trees under roots from /proc.
+func sampleCPU(roots []int) (cpuSample, error) {
+	paths, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return cpuSample{}, err
+	}
+	var procs []procStat
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		ps, err := parseProcStat(string(bytes.TrimSpace(data)))
+		if err != nil {
+			continue
+		}
+		procs = append(procs, ps)
+	}
+	s := sumTrees(procs, roots)
+	if s.orchard == 0 && s.database == 0 {
+		return s, fmt.Errorf("no process found under %v", roots)
+	}
+	return s, nil
+}
+
+// cpuReport turns two samples taken elapsed apart, over which completed
+// orchestrations ended, into a report.
+func cpuReport(roots []int, before, after cpuSample, elapsed time.Duration, completed int64) *CPUReport {
+	r := &CPUReport{Pids: roots}
+	orch, db := after.orchard-before.orchard, after.database-before.database
+	if elapsed > 0 {
+		r.OrchardCores, r.DatabaseCores = orch.Seconds()/elapsed.Seconds(), db.Seconds()/elapsed.Seconds()
+	}
+	if completed > 0 {
+		r.OrchardMillisPerOrchestration = float64(orch.Milliseconds()) / float64(completed)
+		r.DatabaseMillisPerOrchestration = float64(db.Milliseconds()) / float64(completed)
+	}
+	return r
+}

@@ -1,0 +1,37 @@
+package loadtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+	// A command name with a space and a parenthesis; utime 150, stime 50,
+	// cutime 20, cstime 30 ticks.
+	p, err := parseProcStat("4242 (postgres: a) b) S 4200 4242 4242 0 -1 4194560 1 0 0 0 150 50 20 30 20 0 1 0 100 1000 10")
+	require.NoError(t, err)
+	require.Equal(t, procStat{pid: 4242, ppid: 4200, comm: "postgres: a) b", cpu: 2500 * time.Millisecond}, p)
+	_, err = parseProcStat("4242 postgres S 1")
+	require.Error(t, err)
+	_, err = parseProcStat("4242 (x) S 1 2 3")
+	require.Error(t, err)
+}
+
+func TestSumTreesSplitsTheDatabase(t *testing.T) {
+	t.Parallel()
+	procs := []procStat{
+		{pid: 10, ppid: 1, comm: "orchard", cpu: 3 * time.Second},
+		{pid: 11, ppid: 10, comm: "postgres", cpu: 2 * time.Second},
+		{pid: 12, ppid: 11, comm: "postgres", cpu: time.Second},
+		{pid: 20, ppid: 1, comm: "postgres", cpu: time.Hour}, // another server's
+	}
+	require.Equal(t, cpuSample{orchard: 3 * time.Second, database: 3 * time.Second}, sumTrees(procs, []int{10, 10}))
+	r := cpuReport([]int{10}, cpuSample{}, cpuSample{orchard: time.Second, database: 2 * time.Second}, 2*time.Second, 100)
+	require.InDelta(t, 0.5, r.OrchardCores, 1e-9)
+	require.InDelta(t, 1.0, r.DatabaseCores, 1e-9)
+	require.InDelta(t, 10, r.OrchardMillisPerOrchestration, 1e-9)
+	require.InDelta(t, 20, r.DatabaseMillisPerOrchestration, 1e-9)
+}

@@ -1,0 +1,143 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/orchardhq/orchard/pkg/sdk"
+)
+
+// Latencies are recorded in microseconds, from 1µs to 1 hour, to three
+// significant digits.
+const (
+	minLatencyMicros = 1
+	maxLatencyMicros = int64(time.Hour / time.Microsecond)
+	sigFigs          = 3
+)
+
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(minLatencyMicros, maxLatencyMicros, sigFigs)
+}
+
+// seriesKey names what a latency belongs to.
+type seriesKey struct{ tenant, load string }
+
+// series is one load's record: the measured window's latencies, its
+// errors by code, and one histogram per second for the timeline.
+type series struct {
+	hist      *hdrhistogram.Histogram
+	completed int64
+	errors    map[string]int64
+	seconds   map[int]*hdrhistogram.Histogram
+}
+
+// Recorder gathers the outcomes of orchestrations. Outcomes that end before
+// the measurement starts (in the warmup) or after it ends are not counted.
+// It is safe for concurrent use.
+type Recorder struct {
+	mu     sync.Mutex
+	start  time.Time // the measurement's start
+	end    time.Time // the measurement's end
+	series map[seriesKey]*series
+	// recent counts what ended since the last Progress.
+	recent      int64
+	recentHist  *hdrhistogram.Histogram
+	totalEnded  int64
+	totalErrors int64
+}
+
+// NewRecorder records outcomes that end within [start, end).
+func NewRecorder(start, end time.Time) *Recorder {
+	return &Recorder{start: start, end: end, series: map[seriesKey]*series{}, recentHist: newHistogram()}
+}
+
+// Record records one orchestration of a load that ended at end after
+// latency, with err nil when it completed.
+func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Duration, err error) {
+	micros := max(latency.Microseconds(), minLatencyMicros)
+	micros = min(micros, maxLatencyMicros)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.totalEnded++
+	if err != nil {
+		r.totalErrors++
+	} else {
+		r.recent++
+		_ = r.recentHist.RecordValue(micros)
+	}
+	if end.Before(r.start) || !end.Before(r.end) {
+		return
+	}
+	k := seriesKey{tenant, load}
+	s := r.series[k]
+	if s == nil {
+		s = &series{hist: newHistogram(), errors: map[string]int64{}, seconds: map[int]*hdrhistogram.Histogram{}}
+		r.series[k] = s
+	}
+	if err != nil {
+		s.errors[ErrorCode(err)]++
+		return
+	}
+	s.completed++
+	_ = s.hist.RecordValue(micros)
+	sec := int(end.Sub(r.start) / time.Second)
+	h := s.seconds[sec]
+	if h == nil {
+		h = newHistogram()
+		s.seconds[sec] = h
+	}
+	_ = h.RecordValue(micros)
+}
+
+// Progress is what ended since the last call: completions and their p99,
+// and the totals so far (warmup included).
+func (r *Recorder) Progress() (completed int64, p99 time.Duration, ended, failed int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	completed, p99 = r.recent, time.Duration(r.recentHist.ValueAtQuantile(99))*time.Microsecond
+	r.recent = 0
+	r.recentHist.Reset()
+	return completed, p99, r.totalEnded, r.totalErrors
+}
+
+// ErrorCode names an error for the report: the Connect code of an API
+// error, the status of an orchestration that did not complete, or what
+// else it was.
+func ErrorCode(err error) string {
+	var api *sdk.Error
+	var ended *endedError
+	switch {
+	case errors.As(err, &ended):
+		return "ended_" + ended.status
+	case errors.As(err, &api):
+		return api.Code.String()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	default:
+		return "other"
+	}
+}
+
+// snapshot returns the series in a stable order (tenant, load).
+func (r *Recorder) snapshot() ([]seriesKey, map[seriesKey]*series) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]seriesKey, 0, len(r.series))
+	for k := range r.series {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].tenant != keys[j].tenant {
+			return keys[i].tenant < keys[j].tenant
+		}
+		return keys[i].load < keys[j].load
+	})
+	return keys, r.series
+}

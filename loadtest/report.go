@@ -1,0 +1,298 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/go-echarts/go-echarts/v2/charts"
+	"github.com/go-echarts/go-echarts/v2/components"
+	"github.com/go-echarts/go-echarts/v2/opts"
+)
+
+// Report is a load test's result, as saved in JSON.
+type Report struct {
+	Plan      string    `json:"plan"`
+	API       string    `json:"api"`
+	StartedAt time.Time `json:"started_at"`
+	// Seconds is the measured window's length (the warmup excluded).
+	Seconds float64 `json:"seconds"`
+	// Loads has one entry per tenant and load; Tenants sums each tenant's
+	// loads; Total sums everything.
+	Loads   []LoadResult `json:"loads"`
+	Tenants []LoadResult `json:"tenants"`
+	Total   LoadResult   `json:"total"`
+	// CPU is the server's CPU over the measured window, when it was read.
+	CPU *CPUReport `json:"cpu,omitempty"`
+	// Timeline has each load's completions and latency second by second.
+	Timeline []TimelinePoint `json:"timeline"`
+	// Notes are caveats the generator saw (e.g. it could not keep a rate).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// LoadResult is what one load (or a sum of loads) did in the measured window.
+type LoadResult struct {
+	Tenant string `json:"tenant"`
+	Load   string `json:"load,omitempty"`
+	Kind   Kind   `json:"kind,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	// Offered is the open loop's rate or the closed loop's in-flight count.
+	Offered float64 `json:"offered,omitempty"`
+	// Completed orchestrations, and per second.
+	Completed  int64   `json:"completed"`
+	Throughput float64 `json:"throughput_per_s"`
+	// Generations is the continue-as-new executions per second.
+	Generations float64          `json:"generations_per_s,omitempty"`
+	Latency     Latency          `json:"latency_ms"`
+	Errors      map[string]int64 `json:"errors,omitempty"`
+}
+
+// Latency is start-to-completion latency in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// TimelinePoint is one load's second.
+type TimelinePoint struct {
+	Second    int     `json:"second"`
+	Tenant    string  `json:"tenant"`
+	Load      string  `json:"load"`
+	Completed int64   `json:"completed"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+}
+
+func latencyOf(h *hdrhistogram.Histogram) Latency {
+	ms := func(micros int64) float64 { return float64(micros) / 1000 }
+	return Latency{
+		P50: ms(h.ValueAtQuantile(50)), P90: ms(h.ValueAtQuantile(90)), P99: ms(h.ValueAtQuantile(99)),
+		P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max()), Mean: h.Mean() / 1000,
+	}
+}
+
+// buildReport sums the recorder's series over a measured window of
+// seconds; loads describes each (tenant, load) as planned.
+func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
+	rep := &Report{Plan: plan.Name, Seconds: seconds, Total: LoadResult{Tenant: "all", Errors: map[string]int64{}}}
+	keys, all := r.snapshot()
+	total := newHistogram()
+	perTenant := map[string]*hdrhistogram.Histogram{}
+	tenantResults := map[string]*LoadResult{}
+	for _, t := range plan.Tenants {
+		perTenant[t.ID] = newHistogram()
+		tenantResults[t.ID] = &LoadResult{Tenant: t.ID, Errors: map[string]int64{}}
+	}
+	for _, t := range plan.Tenants {
+		for i := range t.Loads {
+			l := &t.Loads[i]
+			res := LoadResult{Tenant: t.ID, Load: l.Name, Kind: l.Kind, Mode: l.Mode(), Offered: l.Rate, Errors: map[string]int64{}}
+			if l.InFlight > 0 {
+				res.Offered = float64(l.InFlight)
+			}
+			if s := all[seriesKey{t.ID, l.Name}]; s != nil {
+				res.Completed = s.completed
+				res.Latency = latencyOf(s.hist)
+				maps.Copy(res.Errors, s.errors)
+				perTenant[t.ID].Merge(s.hist)
+				total.Merge(s.hist)
+			}
+			res.Throughput = perSecond(res.Completed, seconds)
+			if l.Kind == KindContinueAsNew {
+				res.Generations = res.Throughput * float64(l.Generations)
+			}
+			tr := tenantResults[t.ID]
+			tr.Completed += res.Completed
+			tr.Generations += res.Generations
+			for code, n := range res.Errors {
+				tr.Errors[code] += n
+				rep.Total.Errors[code] += n
+			}
+			rep.Total.Completed += res.Completed
+			rep.Total.Generations += res.Generations
+			rep.Loads = append(rep.Loads, res)
+		}
+	}
+	for _, t := range plan.Tenants {
+		tr := tenantResults[t.ID]
+		tr.Throughput = perSecond(tr.Completed, seconds)
+		tr.Latency = latencyOf(perTenant[t.ID])
+		rep.Tenants = append(rep.Tenants, *tr)
+	}
+	rep.Total.Throughput = perSecond(rep.Total.Completed, seconds)
+	rep.Total.Latency = latencyOf(total)
+	for _, k := range keys {
+		s := all[k]
+		secs := slices.Sorted(maps.Keys(s.seconds))
+		for _, sec := range secs {
+			h := s.seconds[sec]
+			rep.Timeline = append(rep.Timeline, TimelinePoint{
+				Second: sec, Tenant: k.tenant, Load: k.load, Completed: h.TotalCount(),
+				P50: float64(h.ValueAtQuantile(50)) / 1000, P99: float64(h.ValueAtQuantile(99)) / 1000,
+			})
+		}
+	}
+	return rep
+}
+
+func perSecond(n int64, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return float64(n) / seconds
+}
+
+// WriteSummary prints the report as a table.
+func (rep *Report) WriteSummary(w io.Writer) error {
+	fmt.Fprintf(w, "plan %s against %s: %.1fs measured\n", rep.Plan, rep.API, rep.Seconds)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tenant\tload\tmode\toffered\tcompleted\tper s\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\terrors\t")
+	row := func(r LoadResult) {
+		load, mode, offered := r.Load, r.Mode, ""
+		if load == "" {
+			load = "(all)"
+		}
+		if r.Offered > 0 {
+			offered = fmt.Sprintf("%g", r.Offered)
+			if r.Mode == "open" {
+				offered += "/s"
+			}
+		}
+		perS := fmt.Sprintf("%.1f", r.Throughput)
+		if r.Generations > 0 {
+			perS += fmt.Sprintf(" (%.0f gen/s)", r.Generations)
+		}
+		l := r.Latency
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			r.Tenant, load, mode, offered, r.Completed, perS, l.P50, l.P90, l.P99, l.P999, l.Max, formatErrors(r.Errors))
+	}
+	for _, r := range rep.Loads {
+		row(r)
+	}
+	if len(rep.Loads) > 1 {
+		for _, r := range rep.Tenants {
+			row(r)
+		}
+		row(rep.Total)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if c := rep.CPU; c != nil {
+		fmt.Fprintf(w, "server CPU: orchard %.2f cores, database %.2f cores; per orchestration: orchard %.2f ms, database %.2f ms\n",
+			c.OrchardCores, c.DatabaseCores, c.OrchardMillisPerOrchestration, c.DatabaseMillisPerOrchestration)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+func formatErrors(errs map[string]int64) string {
+	if len(errs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, code := range slices.Sorted(maps.Keys(errs)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", code, errs[code]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Save writes the report as dir/report.json and its chart as
+// dir/report.html, and returns their paths.
+func (rep *Report) Save(dir string) (jsonPath, chartPath string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", "", err
+	}
+	jsonPath = filepath.Join(dir, "report.json")
+	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+	chartPath = filepath.Join(dir, "report.html")
+	f, err := os.Create(chartPath)
+	if err != nil {
+		return "", "", err
+	}
+	if err := rep.renderChart(f); err != nil {
+		f.Close()
+		return "", "", err
+	}
+	return jsonPath, chartPath, f.Close()
+}
+
+// renderChart draws latency over time (p50 and p99 of each load, second by
+// second) and completions per second, as an HTML page.
+func (rep *Report) renderChart(w io.Writer) error {
+	seconds := 0
+	type key struct{ tenant, load string }
+	points := map[key]map[int]TimelinePoint{}
+	var order []key
+	for _, p := range rep.Timeline {
+		k := key{p.Tenant, p.Load}
+		if points[k] == nil {
+			points[k] = map[int]TimelinePoint{}
+			order = append(order, k)
+		}
+		points[k][p.Second] = p
+		seconds = max(seconds, p.Second+1)
+	}
+	xs := make([]int, seconds)
+	for i := range xs {
+		xs[i] = i
+	}
+	latency := charts.NewLine()
+	latency.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: "Start-to-completion latency, " + rep.Plan, Subtitle: "p50 and p99 per second of the measured window (ms)"}),
+		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
+		charts.WithYAxisOpts(opts.YAxis{Name: "ms", Type: "log"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "s"}),
+	)
+	latency.SetXAxis(xs)
+	rate := charts.NewLine()
+	rate.SetGlobalOptions(
+		charts.WithTitleOpts(opts.Title{Title: "Completions per second"}),
+		charts.WithTooltipOpts(opts.Tooltip{Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Top: "bottom"}),
+		charts.WithXAxisOpts(opts.XAxis{Name: "s"}),
+	)
+	rate.SetXAxis(xs)
+	for _, k := range order {
+		var p50, p99, done []opts.LineData
+		for s := range seconds {
+			p, ok := points[k][s]
+			if !ok {
+				p50, p99 = append(p50, opts.LineData{Value: nil}), append(p99, opts.LineData{Value: nil})
+				done = append(done, opts.LineData{Value: 0})
+				continue
+			}
+			p50 = append(p50, opts.LineData{Value: p.P50})
+			p99 = append(p99, opts.LineData{Value: p.P99})
+			done = append(done, opts.LineData{Value: p.Completed})
+		}
+		name := k.tenant + "/" + k.load
+		latency.AddSeries(name+" p50", p50).AddSeries(name+" p99", p99)
+		rate.AddSeries(name, done)
+	}
+	page := components.NewPage()
+	page.PageTitle = "Orchard load test: " + rep.Plan
+	page.AddCharts(latency, rate)
+	return page.Render(w)
+}

@@ -1,0 +1,67 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReportSumsLoadsAndTenants(t *testing.T) {
+	t.Parallel()
+	plan, err := ParsePlan([]byte(`
+tenants:
+  - id: a
+    loads:
+      - { kind: one-activity, in_flight: 2 }
+      - { kind: continue-as-new, generations: 5, rate: 1 }
+  - id: b
+    loads:
+      - { kind: one-activity, rate: 3 }
+`))
+	require.NoError(t, err)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := NewRecorder(start, start.Add(10*time.Second))
+	for i := range 10 {
+		r.Record("a", "one-activity", start.Add(time.Duration(i)*time.Second), time.Duration(i+1)*time.Millisecond, nil)
+	}
+	r.Record("a", "continue-as-new", start.Add(time.Second), 100*time.Millisecond, nil)
+	r.Record("a", "continue-as-new", start.Add(time.Second), 0, &endedError{status: "Failed"})
+	r.Record("b", "one-activity", start.Add(time.Second), 5*time.Millisecond, nil)
+	rep := buildReport(r, plan, 10)
+	require.Len(t, rep.Loads, 3)
+	one, can := rep.Loads[0], rep.Loads[1]
+	require.Equal(t, int64(10), one.Completed)
+	require.InDelta(t, 1.0, one.Throughput, 1e-9)
+	require.InDelta(t, 5.0, one.Latency.P50, 0.01)
+	require.InDelta(t, 10.0, one.Latency.Max, 0.01)
+	require.Equal(t, float64(2), one.Offered)
+	require.InDelta(t, 0.5, can.Generations, 1e-9, "0.1 chains/s of 5 generations")
+	require.Equal(t, map[string]int64{"ended_Failed": 1}, can.Errors)
+	require.Equal(t, int64(11), rep.Tenants[0].Completed)
+	require.Equal(t, int64(1), rep.Tenants[1].Completed)
+	require.Equal(t, int64(12), rep.Total.Completed)
+	require.Equal(t, map[string]int64{"ended_Failed": 1}, rep.Total.Errors)
+	require.Len(t, rep.Timeline, 10+1+1)
+
+	var sb strings.Builder
+	require.NoError(t, rep.WriteSummary(&sb))
+	require.Contains(t, sb.String(), "ended_Failed=1")
+	require.Contains(t, sb.String(), "(0 gen/s)") // 0.5 rounds to 0
+	require.Contains(t, sb.String(), "3/s")
+
+	dir := t.TempDir()
+	jsonPath, chartPath, err := rep.Save(dir)
+	require.NoError(t, err)
+	data, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, rep.Total.Completed, back.Total.Completed)
+	chart, err := os.ReadFile(chartPath)
+	require.NoError(t, err)
+	require.Contains(t, string(chart), "a/one-activity p99")
+}
