@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -245,7 +247,12 @@ func TestRetentionAppliesEveryRule(t *testing.T) {
 	require.Equal(t, preview.Instances, groupInstances)
 
 	bystander := e.rows("bystander")
-	e.start(func(c *janitor.Config) { c.PageSize = 97 })
+	reader := sdkmetric.NewManualReader()
+	metrics, err := janitor.NewMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	require.NoError(t, err)
+	// One run does it all, however loaded the machine: the budget is not
+	// what this test is about.
+	e.start(func(c *janitor.Config) { c.PageSize = 97; c.Metrics = metrics; c.JobBudget = 10 * time.Minute })
 	testwait.Until(t, time.Minute, "the retention job", func() bool {
 		recs := e.audit("acme", store.AuditRetention)
 		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
@@ -263,6 +270,41 @@ func TestRetentionAppliesEveryRule(t *testing.T) {
 	require.Equal(t, preview.Instances, run.InstancesDeleted, "the run deletes what the preview said")
 	require.Equal(t, preview.Executions, run.ExecutionsDeleted)
 	require.Equal(t, preview.Events, run.EventsDeleted)
+
+	// The metrics say the same.
+	var collected metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &collected))
+	deleted, durations, duties, backlog := map[string]int64{}, uint64(0), 0, map[string]int64{}
+	for _, sm := range collected.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range data.DataPoints {
+					kind, _ := dp.Attributes.Value("kind")
+					deleted[kind.AsString()] += dp.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range data.DataPoints {
+					durations += dp.Count
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range data.DataPoints {
+					require.Greater(t, dp.Value, 0.0, m.Name)
+					require.LessOrEqual(t, dp.Value, 1.0, m.Name)
+					duties++
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range data.DataPoints {
+					tenant, _ := dp.Attributes.Value("tenant")
+					backlog[tenant.AsString()] = dp.Value
+				}
+			}
+		}
+	}
+	require.Equal(t, map[string]int64{"instances": run.InstancesDeleted, "executions": run.ExecutionsDeleted, "events": run.EventsDeleted}, deleted)
+	require.Positive(t, durations, "orchard.janitor.run.duration")
+	require.Positive(t, duties, "orchard.janitor.duty")
+	require.Equal(t, map[string]int64{"acme": 0}, backlog, "a complete run leaves no backlog")
 
 	// Chains: every surviving instance keeps what its rule says.
 	for id, r := range after {

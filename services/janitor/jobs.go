@@ -117,6 +117,7 @@ func (j *Janitor) retention(ctx context.Context, job *river.Job[retentionArgs]) 
 		Now: j.cfg.Clock.Now(), PageSize: j.cfg.PageSize, Deadline: started.Add(j.cfg.JobBudget), Pacer: j.pacer,
 		OnBatch: func(b retention.Result) {
 			j.cfg.Metrics.deleted(ctx, b)
+			j.cfg.Metrics.duty(ctx, j.pacer.Duty())
 			step := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, Result: auditResult(b)}
 			if err := j.cfg.Store.FinishAudit(context.WithoutCancel(ctx), step); err != nil && progressErr == nil {
 				progressErr = err
@@ -257,6 +258,7 @@ type Metrics struct {
 	deletedTotal metric.Int64Counter
 	runSeconds   metric.Float64Histogram
 	backlogGauge metric.Int64Gauge
+	dutyGauge    metric.Float64Gauge
 }
 
 // NewMetrics creates the janitor's instruments on a meter provider.
@@ -277,7 +279,17 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Instances and executions expired but not yet deleted, per tenant, sampled after each run (a lower bound past 10,000).")); err != nil {
 		return nil, err
 	}
+	if ms.dutyGauge, err = m.Float64Gauge("orchard.janitor.duty",
+		metric.WithDescription("Share of its time a retention worker spends deleting, as the pacer sets it after each batch (1: flat out).")); err != nil {
+		return nil, err
+	}
 	return &ms, nil
+}
+
+func (m *Metrics) duty(ctx context.Context, d float64) {
+	if m != nil {
+		m.dutyGauge.Record(ctx, d)
+	}
 }
 
 func (m *Metrics) deleted(ctx context.Context, r retention.Result) {
