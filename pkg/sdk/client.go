@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
 
@@ -106,18 +107,26 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// backoff is the wait before retry n (1 for the first): exponential,
-// capped, with "equal jitter" (half fixed, half random) so that clients
-// that failed together do not come back together.
-func (p RetryPolicy) backoff(n int) time.Duration {
-	d := p.InitialBackoff
-	for i := 1; i < n && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxBackoff)
-	half := d / 2
-	return half + rand.N(half+1)
+// waits returns the waits before the retries of one call: exponential from
+// InitialBackoff, capped at MaxBackoff, with jitter so that clients that
+// failed together do not come back together.
+func (p RetryPolicy) waits() *retryWaits {
+	return &retryWaits{p: p, b: backoff.ExponentialBackOff{
+		InitialInterval: p.InitialBackoff, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: p.MaxBackoff,
+	}}
 }
+
+// retryWaits is the backoff of one call or one poller.
+type retryWaits struct {
+	p RetryPolicy
+	b backoff.ExponentialBackOff
+}
+
+// next is the wait before the next retry; never more than MaxBackoff.
+func (w *retryWaits) next() time.Duration { return min(w.b.NextBackOff(), w.p.MaxBackoff) }
+
+// reset starts the waits again from InitialBackoff, after a success.
+func (w *retryWaits) reset() { w.b.Reset() }
 
 // idempotency says whether repeating a call is safe.
 type idempotency bool
@@ -132,17 +141,17 @@ const (
 
 // retryWait says whether to retry after attempt n failed with err, and
 // after how long.
-func (p RetryPolicy) retryWait(n int, err *Error, idem idempotency) (time.Duration, bool) {
-	if n >= p.MaxAttempts {
+func (w *retryWaits) retryWait(n int, err *Error, idem idempotency) (time.Duration, bool) {
+	if n >= w.p.MaxAttempts {
 		return 0, false
 	}
 	switch err.Code {
 	case connect.CodeUnavailable:
 		if idem == idempotent || notSent(err) {
-			return p.backoff(n), true
+			return w.next(), true
 		}
 	case connect.CodeResourceExhausted:
-		if err.RetryAfter > 0 && err.RetryAfter <= p.MaxBackoff {
+		if err.RetryAfter > 0 && err.RetryAfter <= w.p.MaxBackoff {
 			// A little jitter on top of the hint, never below it.
 			return err.RetryAfter + rand.N(err.RetryAfter/10+1), true
 		}
@@ -214,6 +223,7 @@ func call[Req, Res any](ctx context.Context, c *Client, idem idempotency,
 func callCounted[Req, Res any](ctx context.Context, c *Client, idem idempotency,
 	rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req,
 ) (*Res, int, error) {
+	waits := c.retry.waits()
 	for attempt := 1; ; attempt++ {
 		resp, err := rpc(ctx, connect.NewRequest(msg))
 		if err == nil {
@@ -221,7 +231,7 @@ func callCounted[Req, Res any](ctx context.Context, c *Client, idem idempotency,
 		}
 		e := apiError(err).(*Error)
 		callerContext(ctx, e)
-		wait, retry := c.retry.retryWait(attempt, e, idem)
+		wait, retry := waits.retryWait(attempt, e, idem)
 		if !retry || !sleep(ctx, wait) {
 			return nil, attempt, e
 		}

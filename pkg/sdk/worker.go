@@ -356,7 +356,7 @@ var pollBackoff = RetryPolicy{InitialBackoff: 100 * time.Millisecond, MaxBackoff
 // poll is one poller: take a slot, lease a task, run it in the slot. It
 // returns an error only when the worker cannot work at all.
 func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, running *sync.WaitGroup) error {
-	failures := 0
+	failures := pollBackoff.waits()
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -379,8 +379,7 @@ func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, runn
 					return fmt.Errorf("sdk: worker of task queue %q: %w", w.queue, err)
 				}
 			}
-			failures++
-			wait := pollBackoff.backoff(failures)
+			wait := failures.next()
 			if e != nil {
 				wait = max(wait, e.RetryAfter)
 			}
@@ -390,7 +389,7 @@ func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, runn
 			}
 			continue
 		}
-		failures = 0
+		failures.reset()
 		task := resp.GetTask()
 		if task == nil {
 			<-slots

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -163,11 +164,11 @@ func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time 
 	return deadline
 }
 
-// pollUntil calls try, with waits doubling from MinPoll to MaxPoll between
-// calls, until it reports done, the deadline passes, the server drains or
-// ctx ends (then ctx's error). It reports whether try was done.
+// pollUntil calls try, with jittered waits doubling from MinPoll to MaxPoll
+// between calls, until it reports done, the deadline passes, the server
+// drains or ctx ends (then ctx's error). It reports whether try was done.
 func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (bool, error)) (bool, error) {
-	wait := s.cfg.MinPoll
+	waits := &backoff.ExponentialBackOff{InitialInterval: s.cfg.MinPoll, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)
 	for {
@@ -179,7 +180,7 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (
 		if left <= 0 {
 			return false, nil
 		}
-		t := time.NewTimer(min(wait, left))
+		t := time.NewTimer(min(waits.NextBackOff(), left))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -189,7 +190,6 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (
 			return false, nil
 		case <-t.C:
 		}
-		wait = min(wait*2, s.cfg.MaxPoll)
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -226,7 +226,7 @@ func (d *Dispatcher) Stats() Stats {
 // turnCtx, so that a drain lets them finish.
 func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
-	failures := 0
+	failures := failureBackoff()
 	for fetchCtx.Err() == nil {
 		if wait > 0 && !d.sleep(fetchCtx, wait) {
 			return
@@ -236,17 +236,17 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 		d.stats.busy.Add(-1)
 		switch {
 		case errors.Is(err, errNoWork):
-			failures = 0
+			failures.Reset()
 			wait = min(max(2*wait, d.cfg.MinPoll), d.cfg.MaxPoll)
 		case err != nil:
 			if turnCtx.Err() != nil {
 				return
 			}
-			failures++
-			wait = backoff(failures)
+			wait = failures.NextBackOff()
 			d.log.Warn("dispatch failed", "loop", n, "error", err, "retry_in", wait)
 		default:
-			failures, wait = 0, 0
+			failures.Reset()
+			wait = 0
 		}
 	}
 }
@@ -274,11 +274,10 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
 	return d.runBatch(turnCtx, items)
 }
 
-// backoff is the wait after the n-th consecutive failure: exponential from
-// 50ms to 5s, with jitter.
-func backoff(n int) time.Duration {
-	d := min(50*time.Millisecond<<min(n-1, 7), 5*time.Second)
-	return d/2 + rand.N(d/2+1)
+// failureBackoff spaces the attempts after consecutive failures:
+// exponential from 50ms to 5s, with jitter.
+func failureBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Second}
 }
 
 // sleep waits for wait, or until another loop wakes the idle ones, or ctx

@@ -49,7 +49,7 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 		t.in = in
 		if err != nil {
 			d.endTurn(ctx, t, "abandoned", err)
-			d.abandon(ctx, it, backoff(1))
+			d.abandon(ctx, it, failureBackoff().NextBackOff())
 			continue
 		}
 		t.ack = ack
@@ -77,7 +77,7 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 	if err != nil {
 		for _, t := range turns {
 			d.endTurn(ctx, t, "abandoned", err)
-			d.abandon(ctx, t.item, backoff(1))
+			d.abandon(ctx, t.item, failureBackoff().NextBackOff())
 		}
 		return fmt.Errorf("ack %d turns: %w", len(turns), err)
 	}
@@ -92,7 +92,7 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 			d.endTurn(ctx, t, "lease_lost", nil)
 		case results[i] != nil:
 			d.endTurn(ctx, t, "abandoned", results[i])
-			d.abandon(ctx, it, backoff(1))
+			d.abandon(ctx, it, failureBackoff().NextBackOff())
 		default:
 			d.stats.turns.Add(1)
 			d.endTurn(ctx, t, string(t.ack.Status), nil)

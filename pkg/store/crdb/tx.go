@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -95,28 +94,38 @@ func (s *Store) inBatchTx(ctx context.Context, iso pgx.TxIsoLevel, build func(b 
 // default_transaction_isolation = serializable) and CockroachDB run as
 // implicit serializable transactions that can fail the same way.
 func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) error {
-	backoff := s.opts.RetryBackoff
-	for attempt := 1; ; attempt++ {
-		err := op(ctx)
-		if err == nil || !retryable(err) {
-			return unwrapCommit(err)
+	attempt := 0
+	var last error
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		attempt++
+		last = op(ctx)
+		if last != nil && !retryable(last) {
+			return struct{}{}, backoff.Permanent(last)
 		}
-		if s.onRetry != nil {
-			s.onRetry(attempt, err)
+		if last != nil && s.onRetry != nil {
+			s.onRetry(attempt, last)
 		}
-		if attempt >= s.opts.MaxAttempts {
-			return fmt.Errorf("%w: gave up after %d attempts: %w", store.ErrConflict, attempt, unwrapCommit(err))
-		}
-		// Full jitter: conflicting transactions should not wake together.
-		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
-		backoff = min(backoff*2, s.opts.MaxRetryBackoff)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (while retrying: %w)", ctx.Err(), unwrapCommit(err))
-		case <-t.C:
-		}
+		return struct{}{}, last
+	},
+		backoff.WithBackOff(&backoff.ExponentialBackOff{
+			InitialInterval: s.opts.RetryBackoff,
+			// Wide jitter: conflicting transactions should not wake together.
+			RandomizationFactor: 1,
+			Multiplier:          2,
+			MaxInterval:         s.opts.MaxRetryBackoff,
+		}),
+		backoff.WithMaxTries(uint(s.opts.MaxAttempts)),
+		backoff.WithMaxElapsedTime(0),
+	)
+	switch {
+	case err == nil:
+		return nil
+	case !retryable(last):
+		return unwrapCommit(last)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w (while retrying: %w)", ctx.Err(), unwrapCommit(last))
+	default:
+		return fmt.Errorf("%w: gave up after %d attempts: %w", store.ErrConflict, attempt, unwrapCommit(last))
 	}
 }
 
