@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/internal/testworker"
@@ -21,6 +20,7 @@ import (
 	"github.com/orchardhq/orchard/pkg/retention"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/store/crdb/datagen"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
 

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/retention"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/store/crdb/datagen"
 )
 
 // BenchmarkPurge measures the janitor's purge rate: history events deleted

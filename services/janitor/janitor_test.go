@@ -14,12 +14,12 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/retention"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/store/crdb/datagen"
 	"github.com/orchardhq/orchard/services/janitor"
 )
 

@@ -24,10 +24,13 @@ const (
 	CockroachOnly
 	// Captured: a statement our code sent while the tests ran (sqlcapture).
 	Captured
+	// Named: a statement of the store's .sql files (pkg/store/crdb/sql), run
+	// on both databases; the isolation it runs at is known from its capture.
+	Named
 )
 
 func (s Source) String() string {
-	return [...]string{"schema/migrations", "schema/crdb_only", "captured"}[s]
+	return [...]string{"schema/migrations", "schema/crdb_only", "captured", namedDir}[s]
 }
 
 // Statement is one statement to check.
@@ -190,7 +193,7 @@ func (c *stmtContext) outsideReadCommitted() []string {
 			out = append(out, describeIsolation(iso))
 		}
 	}
-	if c.stmt.Source != Captured {
+	if c.stmt.Source == Common || c.stmt.Source == CockroachOnly {
 		out = append(out, "a migration")
 	}
 	return out

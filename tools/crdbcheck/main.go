@@ -1,7 +1,8 @@
 // Command crdbcheck checks Orchard's SQL with CockroachDB 25.2's own parser:
 // every migration that runs on CockroachDB (schema/migrations and
-// schema/crdb_only) and every statement our code sent while the tests ran
-// (captured by internal/sqlcapture). It fails on a statement CockroachDB
+// schema/crdb_only), every statement of the store's .sql files
+// (pkg/store/crdb/sql) and every statement our code sent while the tests
+// ran (captured by internal/sqlcapture). It fails on a statement CockroachDB
 // cannot parse, on one that breaks a rule of rules.go (what CockroachDB
 // parses but does not do as PostgreSQL does), and on a call to a function
 // that is not on the allow-list of functions.go.
@@ -43,7 +44,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	stmts := migrations
+	named, err := loadNamed(*root)
+	if err != nil {
+		fail(err)
+	}
+	stmts := append(migrations, named...)
 	if *captured != "" {
 		got, err := loadCaptured(*root, *captured)
 		if err != nil {
@@ -65,8 +70,8 @@ func main() {
 			fmt.Println("   ", call)
 		}
 	}
-	fmt.Printf("crdbcheck: %d migration statements, %d captured statements, %d distinct function calls, %d findings (%s)\n",
-		len(migrations), len(stmts)-len(migrations), len(checker.Functions), len(findings), time.Since(start).Round(time.Millisecond))
+	fmt.Printf("crdbcheck: %d migration statements, %d named statements, %d captured statements, %d distinct function calls, %d findings (%s)\n",
+		len(migrations), len(named), len(stmts)-len(migrations)-len(named), len(checker.Functions), len(findings), time.Since(start).Round(time.Millisecond))
 	if *captured == "" {
 		fmt.Println("crdbcheck: the store's statements were not checked: give -captured the " + envCapture + " directory of a `make test` run")
 	}

@@ -481,8 +481,14 @@ WITH t AS (
 			events, instance_status, instance_completed_at, current_execution_id, new_executions)
 ), `+lockLeases+`, lease AS (
 	-- Due at the earliest message the turn leaves (its own sends, which
-	-- the statements before wrote, included).
-	UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = `+releaseDue(nextDue("$16::UUID[]"))+`
+	-- the statements before wrote, included). A turn that names another
+	-- execution than the current one writes nothing and consumes nothing:
+	-- its lease goes, due at its earliest message.
+	UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = CASE
+		WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = $1 AND c.instance_id = t.instance_id
+			AND c.current_execution_id = t.execution_id AND NOT c.deleting)
+		THEN `+releaseDue(nextDue("$16::UUID[]"))+`
+		ELSE `+releaseDue(nextDue(""))+` END
 	FROM t
 	WHERE l.tenant_id = $1 AND l.instance_id = ANY($3::TEXT[])
 		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > $2

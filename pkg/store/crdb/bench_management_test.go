@@ -11,14 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/orchardhq/orchard/internal/datagen"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/pkg/store/crdb/datagen"
 )
 
 // BenchmarkManagement measures the management reads and purges of issue 4
-// on a generated data set (internal/datagen): one measured tenant, "bench",
+// on a generated data set (pkg/store/crdb/datagen): one measured tenant, "bench",
 // of ORCHARD_BENCH_INSTANCES instances (default 100,000) beside
 // ORCHARD_BENCH_OTHER_TENANTS other tenants (default 2) of
 // ORCHARD_BENCH_OTHER_INSTANCES instances each (default a fifth of the

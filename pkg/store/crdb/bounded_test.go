@@ -49,20 +49,7 @@ func fabricateTree(t *testing.T, s *Store, root string, n, events int) {
 	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
 		SELECT 'acme', i.instance_id, 1, g, 'e', 1 FROM instances i, generate_series(1, $2::INT8) AS g
 		WHERE i.root_instance_id = $1`, root, events)
-	// Rows written behind the store's back: count them.
-	require.NoError(t, s.RecountInstances(t.Context(), "acme"))
-}
-
-// requireCountsExact checks that the status counters of acme agree with
-// the instances they count: those not hidden by an interrupted delete.
-func requireCountsExact(t *testing.T, s *Store) {
-	t.Helper()
-	counts, err := s.CountInstances(t.Context(), &store.CountInstancesParams{TenantID: "acme"})
-	require.NoError(t, err)
-	require.Equal(t, count(t, s, `SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND NOT deleting`), counts.Total)
-	for st, n := range counts.ByStatus {
-		require.Equal(t, count(t, s, `SELECT count(*) FROM instances WHERE tenant_id = 'acme' AND NOT deleting AND status = $1`, string(st)), n, st)
-	}
+	fabricated(t, s)
 }
 
 func count(t *testing.T, s *Store, sql string, args ...any) int64 {
@@ -72,21 +59,23 @@ func count(t *testing.T, s *Store, sql string, args ...any) int64 {
 	return n
 }
 
-// noOrphans checks that every remaining row belongs to a remaining parent.
-func noOrphans(t *testing.T, s *Store) {
+// requireInvariants fails t when a rule of the derived state is broken
+// (sql/invariants.sql): counters, prunable instances, due times, tags,
+// owners of every row.
+func requireInvariants(t *testing.T, s *Store) {
 	t.Helper()
-	require.Zero(t, count(t, s, `SELECT count(*) FROM instances c WHERE c.parent_instance_id IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM instances p WHERE p.tenant_id = c.tenant_id AND p.instance_id = c.parent_instance_id)`),
-		"a child outlived its parent")
-	require.Zero(t, count(t, s, `SELECT count(*) FROM executions e WHERE NOT EXISTS (
-		SELECT 1 FROM instances i WHERE i.tenant_id = e.tenant_id AND i.instance_id = e.instance_id)`), "an execution outlived its instance")
-	require.Zero(t, count(t, s, `SELECT count(*) FROM history h WHERE NOT EXISTS (
-		SELECT 1 FROM executions e WHERE e.tenant_id = h.tenant_id AND e.instance_id = h.instance_id AND e.execution_id = h.execution_id)`),
-		"history outlived its execution")
-	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i
-		FULL JOIN instance_prunable p ON p.tenant_id = i.tenant_id AND p.instance_id = i.instance_id
-		WHERE i.instance_id IS NULL OR (NOT i.deleting AND ((p.instance_id IS NOT NULL) <> (i.execution_count > 1) OR p.status <> i.status))`),
-		"instance_prunable disagrees with the execution counts")
+	require.NoError(t, s.CheckInvariants(t.Context()))
+}
+
+// fabricated gives the instances written straight into the tables what the
+// store writes beside each one: its lease row (free, nothing due) and its
+// place in the status counters.
+func fabricated(t *testing.T, s *Store) {
+	t.Helper()
+	exec(t, s, `INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+		SELECT tenant_id, instance_id, gen_random_uuid(), 0, `+noneDue+` FROM instances
+		ON CONFLICT (tenant_id, instance_id) DO NOTHING`)
+	require.NoError(t, s.RecountInstances(t.Context(), "acme"))
 }
 
 func requireWithin(t *testing.T, txs []int64, budget int64) {
@@ -114,7 +103,7 @@ func TestDeleteWideTreeInBoundedTransactions(t *testing.T) {
 	requireWithin(t, *txs, budget)
 	require.Greater(t, len(*txs), 10, "a 40,000-row tree in one transaction")
 	require.Zero(t, count(t, s, `SELECT count(*) FROM instances`))
-	noOrphans(t, s)
+	requireInvariants(t, s)
 }
 
 func TestDeleteDeepTree(t *testing.T) {
@@ -124,8 +113,11 @@ func TestDeleteDeepTree(t *testing.T) {
 	exec(t, s, `INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		parent_instance_id, root_instance_id, created_at, updated_at, completed_at, execution_count, event_count)
 		SELECT 'acme', 'd' || g::TEXT, 'n', '1', 1, 'Completed', CASE WHEN g = 0 THEN NULL ELSE 'd' || (g - 1)::TEXT END,
-			'd0', 1, 1, 1, 0, 0
+			'd0', 1, 1, 1, 1, 0
 		FROM generate_series(0, 49) AS g`)
+	exec(t, s, `INSERT INTO executions (tenant_id, instance_id, execution_id, status, started_at, completed_at)
+		SELECT 'acme', instance_id, 1, 'Completed', 1, 1 FROM instances`)
+	fabricated(t, s)
 	tree, err := s.GetInstanceTree(t.Context(), &store.GetInstanceTreeParams{TenantID: "acme", InstanceID: "d0"})
 	require.NoError(t, err)
 	require.Len(t, tree.IDs, 50)
@@ -134,7 +126,7 @@ func TestDeleteDeepTree(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(50), res.InstancesDeleted)
 	requireWithin(t, *txs, 10)
-	noOrphans(t, s)
+	requireInvariants(t, s)
 }
 
 // A delete interrupted half-way leaves no orphan and nothing half-deleted
@@ -149,7 +141,7 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 		SELECT 'acme', 'big:7', 1, g, 'e', 1 FROM generate_series(5, 2000) AS g`)
 	exec(t, s, `UPDATE instances SET event_count = 2000 WHERE instance_id = 'big:7'`)
 	exec(t, s, `UPDATE executions SET event_count = 2000 WHERE instance_id = 'big:7'`)
-	requireCountsExact(t, s)
+	requireInvariants(t, s)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	s.onPurge = func(rows int64) {
@@ -163,11 +155,11 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 	remaining := count(t, s, `SELECT count(*) FROM instances`)
 	require.Greater(t, remaining, int64(0))
 	require.Less(t, remaining, int64(301))
-	noOrphans(t, s)
+	requireInvariants(t, s)
 	// What is visible is whole: each visible instance has all its history.
 	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE NOT i.deleting AND i.event_count <>
 		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`))
-	requireCountsExact(t, s)
+	requireInvariants(t, s)
 
 	s.onPurge = func(rows int64) { *txs = append(*txs, rows) }
 	_, err = s.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: "acme", InstanceID: "big"})
@@ -176,7 +168,7 @@ func TestDeleteInterruptedThenResumed(t *testing.T) {
 	for _, table := range []string{"instances", "executions", "history"} {
 		require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), table)
 	}
-	requireCountsExact(t, s)
+	requireInvariants(t, s)
 }
 
 func TestPruneLongChainInBoundedTransactions(t *testing.T) {
@@ -198,6 +190,7 @@ func TestPruneLongChainInBoundedTransactions(t *testing.T) {
 	exec(t, s, `UPDATE executions SET event_count = 4000 WHERE instance_id = 'chain' AND execution_id = 42`)
 	exec(t, s, `UPDATE instances SET event_count = event_count + 3998 WHERE instance_id = 'chain'`)
 	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) VALUES ('acme', 'chain', 'Running')`)
+	fabricated(t, s)
 
 	res, err := s.PruneExecutions(t.Context(), &store.PruneExecutionsParams{TenantID: "acme", InstanceID: "chain",
 		Options: store.PruneOptions{KeepLast: 10}})
@@ -210,7 +203,7 @@ func TestPruneLongChainInBoundedTransactions(t *testing.T) {
 	require.Equal(t, int64(10), in.ExecutionCount)
 	require.Equal(t, int64(20), in.EventCount)
 	require.Equal(t, int64(20), count(t, s, `SELECT count(*) FROM history`))
-	noOrphans(t, s)
+	requireInvariants(t, s)
 }
 
 // Deletes racing with turns: whichever commits first wins, the other fails
@@ -256,6 +249,7 @@ func TestDeleteRacesWithTurns(t *testing.T) {
 			require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), "round %d: %s left behind", round, table)
 		}
 		exec(t, s, `DELETE FROM orchestrator_queue`) // zombie messages, if any, are the fetch's business
+		requireInvariants(t, s)
 	}
 }
 
@@ -299,17 +293,18 @@ func fabricateChains(t *testing.T, s *Store, n, execs, events int) {
 	exec(t, s, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
 		SELECT 'acme', e.instance_id, e.execution_id, g, 'e', 1 FROM executions e, generate_series(1, $1::INT8) AS g`, events)
 	exec(t, s, `INSERT INTO instance_prunable (tenant_id, instance_id, status) SELECT tenant_id, instance_id, status FROM instances`)
+	fabricated(t, s)
 }
 
 // requirePrunedToOne checks that each of the n instances has one
 // execution left and counters that agree with its rows.
 func requirePrunedToOne(t *testing.T, s *Store, n int64) {
 	t.Helper()
+	requireInvariants(t, s)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM instances i WHERE i.execution_count <> 1 OR i.event_count <>
 		(SELECT count(*) FROM history h WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id)`),
 		"counters disagree with the rows")
 	require.Equal(t, n, count(t, s, `SELECT count(*) FROM executions`))
-	noOrphans(t, s)
 }
 
 // Bulk prunes plan their transactions from a read made before them. Two of
@@ -405,7 +400,7 @@ func TestPrunableFollowsTurns(t *testing.T) {
 	require.Equal(t, "Running", listed())
 	turn(2, store.StatusCompleted, nil)
 	require.Equal(t, "Completed", listed())
-	noOrphans(t, s)
+	requireInvariants(t, s)
 
 	res, err := s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{TenantID: "acme",
 		Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusRunning}}, Options: store.PruneOptions{KeepLast: 1}})
@@ -417,5 +412,5 @@ func TestPrunableFollowsTurns(t *testing.T) {
 	require.True(t, res.Complete)
 	require.Equal(t, int64(1), res.ExecutionsDeleted)
 	require.Empty(t, listed(), "one execution left")
-	noOrphans(t, s)
+	requireInvariants(t, s)
 }

@@ -21,24 +21,6 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// requireDue checks the rule every writer of due_at keeps: an instance with
-// a queued message is due by the message's visible_at, or by the end of the
-// lease its row has.
-func requireDue(t *testing.T, s *Store) {
-	t.Helper()
-	var late []string
-	rows, err := s.pool.Query(t.Context(), `
-SELECT l.instance_id || ' due ' || l.due_at || ', lease until ' || l.locked_until || ', message at ' || q.v
-FROM instance_locks l
-JOIN (SELECT tenant_id, instance_id, min(visible_at) AS v FROM orchestrator_queue GROUP BY tenant_id, instance_id) q
-	ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-WHERE l.due_at > GREATEST(q.v, l.locked_until)`)
-	require.NoError(t, err)
-	late, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Empty(t, late, "instances due later than their messages")
-}
-
 // waitForLockWait waits until a statement of the store waits for a row
 // lock that the test holds, so that a test can stage an interleaving: the
 // statement contains fragment and the row is in table. PostgreSQL shows
@@ -95,7 +77,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 
-	requireDue(t, s)
+	requireInvariants(t, s)
 	next, err := s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: "t", LeaseDuration: time.Minute})
 	require.NoError(t, err)
 	require.NotNil(t, next, "the message enqueued during the ack was not fetched")
@@ -146,7 +128,7 @@ func TestWakeHoldsTargetUntilCommit(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 
-	requireDue(t, s)
+	requireInvariants(t, s)
 	target := fetch()
 	require.NotNil(t, target)
 	require.Equal(t, "target", target.Lease.InstanceID)
@@ -269,12 +251,12 @@ func TestDueUnderConcurrentSends(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(20 * time.Second):
-		requireDue(t, s)
+		requireInvariants(t, s)
 		t.Fatalf("messages left: %d sent, %d consumed", sent.Load(), consumed.Load())
 	}
 	require.Equal(t, int64(instances+clients*40*(hops+1)), sent.Load())
 	require.Equal(t, sent.Load(), consumed.Load())
 	require.Zero(t, count(t, s, `SELECT count(*) FROM orchestrator_queue`))
-	requireDue(t, s)
+	requireInvariants(t, s)
 	require.Zero(t, deadlocks.Load(), "transactions retried after a deadlock")
 }

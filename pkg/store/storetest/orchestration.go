@@ -31,6 +31,7 @@ func testStartAndFetch(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), in.ExecutionCount)
 
 	item := h.mustFetch(tenant, "order-1")
+	h.invariants() // with the lease held
 	require.Equal(t, tenant, item.Lease.TenantID)
 	require.NotEmpty(t, item.Lease.Token)
 	require.Equal(t, h.clock.Now().Add(lease), item.Lease.ExpiresAt)
@@ -248,6 +249,7 @@ func testRenewKeepsLease(t *testing.T, h *harness) {
 		require.NoError(t, err)
 		require.Equal(t, h.clock.Now().Add(lease), until)
 		require.Nil(t, h.fetch(tenant))
+		h.invariants()
 	}
 	h.ack(turn(item))
 }
@@ -257,6 +259,7 @@ func testAbandonWithDelay(t *testing.T, h *harness) {
 	h.start(tenant, "flaky")
 	item := h.mustFetch(tenant, "flaky")
 	require.NoError(t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: item.Lease, Delay: 5 * time.Second}))
+	h.invariants()
 	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), turn(item)), store.ErrLeaseLost)
 	require.Nil(t, h.fetch(tenant))
 	h.clock.Advance(5 * time.Second)

@@ -23,6 +23,24 @@ import (
 // Factory returns a fresh, empty store whose times come from clock.
 type Factory func(t *testing.T, clock store.Clock) store.Store
 
+// InvariantChecker is what every store under the suite implements: a
+// check of the rules its derived state keeps (counters, indexes of its own,
+// schedules), which the suite runs after every case, on what the case
+// left behind. The rules are the implementation's; the suite only asks.
+type InvariantChecker interface {
+	CheckInvariants(ctx context.Context) error
+}
+
+// RequireInvariants fails t when s does not implement InvariantChecker or
+// one of its rules is broken. It may run in a cleanup, after t's context
+// ended.
+func RequireInvariants(t testing.TB, s store.Store) {
+	t.Helper()
+	c, ok := s.(InvariantChecker)
+	require.True(t, ok, "%T does not check its invariants (storetest.InvariantChecker)", s)
+	require.NoError(t, c.CheckInvariants(context.WithoutCancel(t.Context())))
+}
+
 // Run runs the whole suite.
 func Run(t *testing.T, newStore Factory) {
 	tests := []struct {
@@ -82,7 +100,10 @@ func Run(t *testing.T, newStore Factory) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			tc.fn(t, &harness{t: t, s: newStore(t, clock), clock: clock})
+			s := newStore(t, clock)
+			// Also when the case failed: a broken rule often says why.
+			t.Cleanup(func() { RequireInvariants(t, s) })
+			tc.fn(t, &harness{t: t, s: s, clock: clock})
 		})
 	}
 }
@@ -126,6 +147,13 @@ type harness struct {
 }
 
 func (h *harness) ctx() context.Context { return h.t.Context() }
+
+// invariants checks the store's rules in the middle of a case, at a state
+// the end of the case would not show.
+func (h *harness) invariants() {
+	h.t.Helper()
+	RequireInvariants(h.t, h.s)
+}
 
 func (h *harness) tenant(id string) string {
 	h.t.Helper()

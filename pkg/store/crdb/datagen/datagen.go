@@ -1,20 +1,24 @@
-// Package datagen fills Orchard's tables with synthetic data, fast: tenants,
-// instances, their executions and history, and the instance_locks row and
-// instance_tags rows every instance has. It is for the management benchmarks (pkg/store/crdb) and the
-// load test, which need a tenant of a million instances and ten million
-// history events in minutes, far beyond what driving the runtime protocol
-// (start, fetch, ack) could produce in that time.
+// Package datagen fills the store's tables (pkg/store/crdb) with synthetic
+// data, fast: tenants, instances, their executions and history, and the
+// lease row, tags rows and prunable entry every instance has. It is for the
+// management benchmarks and the load test, which need a tenant of a million
+// instances and ten million history events in minutes, far beyond what
+// driving the runtime protocol (start, fetch, ack) could produce in that
+// time.
 //
-// Rows go in with COPY (pgx CopyFrom), a chunk of instances at a time, several
-// chunks at once; the status counters (instance_counts) get the generated
-// instances at the end. They are what the store itself would have written: an
-// instance carries the status and completion time of its current (last)
-// execution, its execution and event counters match the executions and
-// history rows, earlier executions ended with continue-as-new, history is
-// numbered 1..n in each execution, children point at their parent and root,
-// the children of a finished parent are finished, and nothing is being
-// deleted. Everything is drawn from a seeded generator: the same Spec always
-// gives the same rows.
+// It writes the store's tables behind the store's back, so it lives beside
+// the store and must keep the same rules (crdb.Store.CheckInvariants, which
+// its test runs on what it generates): an instance carries the status and
+// completion time of its current (last) execution, its counters match its
+// executions and history, earlier executions ended with continue-as-new,
+// the status counters count it, history is numbered 1..n in each
+// execution, children point at their parent and root, the children of a
+// finished parent are finished, and nothing is being deleted.
+//
+// Rows go in with COPY (pgx CopyFrom), a chunk of instances at a time,
+// several chunks at once; the status counters (instance_counts) get the
+// generated instances at the end. Everything is drawn from a seeded
+// generator: the same Spec always gives the same rows.
 package datagen
 
 import (

@@ -1,0 +1,108 @@
+package crdb
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// The store's statements live whole, one per name, in sql/*.sql: a line
+// "-- name: Name" starts a statement, which runs to the next such line or
+// the end of the file. Parameters are named (@tenant_id) and bound with
+// pgx.StrictNamedArgs, which fails on a name missing from either side.
+// They are read at start-up into package variables (stmt), so a name that
+// no file defines stops every test of the package at once, and
+// TestStatementsAllUsed fails on a statement no code names.
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// statements maps each name to its statement.
+var statements = mustParseStatements(sqlFiles)
+
+// used records the names the code asked for (stmt), for
+// TestStatementsAllUsed.
+var used = map[string]bool{}
+
+// stmt returns the named statement; it panics (at package initialisation,
+// where it is called) when no file defines it.
+func stmt(name string) string {
+	sql, ok := statements[name]
+	if !ok {
+		panic(fmt.Sprintf("crdb: no statement named %q in sql/*.sql", name))
+	}
+	used[name] = true
+	return sql
+}
+
+func mustParseStatements(fsys fs.FS) map[string]string {
+	out, err := parseStatements(fsys)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+const nameHeader = "-- name: "
+
+// parseStatements reads every sql/*.sql file of fsys into a map of
+// statements by name. The comments before the first header of a file are
+// about the file; a statement keeps the comment lines that follow its
+// header (they are sent along, and say why it is written as it is).
+func parseStatements(fsys fs.FS) (map[string]string, error) {
+	files, err := fs.Glob(fsys, "sql/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, file := range files {
+		body, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, err
+		}
+		var name string
+		var sql strings.Builder
+		flush := func() error {
+			if name == "" {
+				return nil
+			}
+			text := strings.TrimSpace(sql.String())
+			text = strings.TrimSpace(strings.TrimSuffix(text, ";"))
+			if onlyComments(text) {
+				return fmt.Errorf("%s: statement %s is empty", file, name)
+			}
+			if _, dup := out[name]; dup {
+				return fmt.Errorf("%s: statement %s is defined twice", file, name)
+			}
+			out[name] = text
+			return nil
+		}
+		for line := range strings.Lines(string(body)) {
+			if rest, ok := strings.CutPrefix(line, nameHeader); ok {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+				name = strings.TrimSpace(rest)
+				sql.Reset()
+				continue
+			}
+			if name != "" {
+				sql.WriteString(line)
+			}
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func onlyComments(text string) bool {
+	for line := range strings.Lines(text) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+			return false
+		}
+	}
+	return true
+}
