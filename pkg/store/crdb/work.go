@@ -12,32 +12,13 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// A leased task has visible_at = locked_until: the fetch predicate is then
-// visible_at alone, and a lapsed lease makes the task visible again.
-const workCandidate = `
-	SELECT q.id FROM worker_queue q
-	WHERE q.tenant_id = %[1]s AND q.task_queue = $1 AND q.visible_at <= $2
-	ORDER BY q.visible_at
-	LIMIT 1
-	FOR UPDATE SKIP LOCKED`
-
-const workClaim = `
-UPDATE worker_queue SET lock_token = $3, locked_until = $4, visible_at = $4
-WHERE tenant_id = %[1]s AND id = (` + workCandidate + `) AND visible_at <= $2
-RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at`
-
 var (
-	workClaimForTenant = fmt.Sprintf(workClaim, "$5")
-
-	// The first registered tenant after $5 (wrapping around) with a visible
-	// task on this queue.
-	workClaimForAnyTenant = `WITH pick AS (
-	SELECT t.tenant_id FROM tenants t
-	WHERE EXISTS (SELECT 1 FROM worker_queue q
-		WHERE q.tenant_id = t.tenant_id AND q.task_queue = $1 AND q.visible_at <= $2)
-	ORDER BY t.tenant_id <= $5, t.tenant_id
-	LIMIT 1
-)` + fmt.Sprintf(workClaim, "(SELECT tenant_id FROM pick)")
+	sqlClaimWorkForTenant    = stmt("ClaimWorkForTenant")
+	sqlClaimWorkForAnyTenant = stmt("ClaimWorkForAnyTenant")
+	sqlRenewWork             = stmt("RenewWork")
+	sqlAckWork               = stmt("AckWork")
+	sqlAckWorkWithResult     = stmt("AckWorkWithResult")
+	sqlAbandonWork           = stmt("AbandonWork")
 )
 
 // FetchWorkItem leases the oldest visible task of a task queue.
@@ -55,13 +36,15 @@ func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams)
 	// READ COMMITTED, like the orchestration claim: the claim is a
 	// compare-and-set on the row and SKIP LOCKED keeps callers apart.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		args := pgx.StrictNamedArgs{"task_queue": p.TaskQueue, "now": now, "token": token, "until": until}
 		if p.TenantID != "" {
-			b.Queue(workClaimForTenant, p.TaskQueue, now, token, until, p.TenantID)
+			args["tenant_id"] = p.TenantID
+			b.Queue(sqlClaimWorkForTenant, args)
 		} else {
 			s.mu.Lock()
-			after := s.workerTurn[p.TaskQueue]
+			args["after"] = s.workerTurn[p.TaskQueue]
 			s.mu.Unlock()
-			b.Queue(workClaimForAnyTenant, p.TaskQueue, now, token, until, after)
+			b.Queue(sqlClaimWorkForAnyTenant, args)
 		}
 	}, func(br pgx.BatchResults) error {
 		item = nil
@@ -107,9 +90,8 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `UPDATE worker_queue SET locked_until = $5, visible_at = $5
-			WHERE tenant_id = $1 AND id = $2 AND lock_token = $3 AND locked_until > $4`,
-			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, now, until)
+		tag, err := s.pool.Exec(ctx, sqlRenewWork, pgx.StrictNamedArgs{
+			"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token, "now": now, "until": until})
 		renewed = tag.RowsAffected() == 1
 		return err
 	})
@@ -134,29 +116,14 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	}
 	now := s.now()
 	var done bool
-	// One statement, atomic at any isolation level; READ COMMITTED spares it
-	// serialization failures against turns that only share index pages.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		lease := pgx.StrictNamedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
 		if p.Result == nil {
-			b.Queue(`DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3`,
-				p.Lease.TenantID, p.Lease.ID, p.Lease.Token)
+			b.Queue(sqlAckWork, lease)
 			return
 		}
-		// The instance's lease row is written (wakeDue) before the task's
-		// row is deleted, the order in which a turn that cancels the task
-		// takes them: the delete's condition on the wake is evaluated once,
-		// before the delete reads a row.
-		b.Queue(`
-WITH task AS (
-	SELECT instance_id FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3
-), `+wakeOne("(SELECT instance_id FROM task)", "$6")+`, done AS (
-	DELETE FROM worker_queue WHERE tenant_id = $1 AND id = $2 AND lock_token = $3
-		AND (SELECT count(*) FROM woken) >= 0
-	RETURNING instance_id, execution_id
-)
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT $1, instance_id, execution_id, $4, $5, $6, $6 FROM done`,
-			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, p.Result.Kind, p.Result.Payload, now)
+		lease["kind"], lease["payload"], lease["now"] = p.Result.Kind, p.Result.Payload, now
+		b.Queue(sqlAckWorkWithResult, lease)
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		done = tag.RowsAffected() == 1
@@ -182,9 +149,8 @@ func (s *Store) AbandonWorkItem(ctx context.Context, p *store.AbandonWorkItemPar
 	now := s.now()
 	var released bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `UPDATE worker_queue SET lock_token = NULL, locked_until = NULL, visible_at = $4
-			WHERE tenant_id = $1 AND id = $2 AND lock_token = $3`,
-			p.Lease.TenantID, p.Lease.ID, p.Lease.Token, now+p.Delay.Milliseconds())
+		tag, err := s.pool.Exec(ctx, sqlAbandonWork, pgx.StrictNamedArgs{
+			"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token, "visible_at": now + p.Delay.Milliseconds()})
 		released = tag.RowsAffected() == 1
 		return err
 	})

@@ -1,0 +1,76 @@
+-- Activity tasks (worker_queue): fetch, renew, ack, abandon. A leased task
+-- has visible_at = locked_until: the fetch predicate is then visible_at
+-- alone, and a lapsed lease makes the task visible again. Every statement
+-- is a compare-and-set on the task's row (lock_token), atomic at any
+-- isolation level; they run READ COMMITTED, which spares them serialization
+-- failures against turns that only share index pages.
+
+-- name: ClaimWorkForTenant
+-- The oldest visible task of a task queue of one tenant, skipping the rows
+-- other claims are taking.
+UPDATE worker_queue SET lock_token = @token, locked_until = @until, visible_at = @until
+WHERE tenant_id = @tenant_id AND id = (
+	SELECT q.id FROM worker_queue q
+	WHERE q.tenant_id = @tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now
+	ORDER BY q.visible_at
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED)
+	AND visible_at <= @now
+RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
+
+-- name: ClaimWorkForAnyTenant
+-- The same claim for the first registered tenant after @after (wrapping
+-- around) with a visible task on this queue: tenants are served in turn.
+WITH pick AS (
+	SELECT t.tenant_id FROM tenants t
+	WHERE EXISTS (SELECT 1 FROM worker_queue q
+		WHERE q.tenant_id = t.tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now)
+	ORDER BY t.tenant_id <= @after, t.tenant_id
+	LIMIT 1
+)
+UPDATE worker_queue SET lock_token = @token, locked_until = @until, visible_at = @until
+WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = (
+	SELECT q.id FROM worker_queue q
+	WHERE q.tenant_id = (SELECT tenant_id FROM pick) AND q.task_queue = @task_queue AND q.visible_at <= @now
+	ORDER BY q.visible_at
+	LIMIT 1
+	FOR UPDATE SKIP LOCKED)
+	AND visible_at <= @now
+RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
+
+-- name: RenewWork
+UPDATE worker_queue SET locked_until = @until, visible_at = @until
+WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token AND locked_until > @now;
+
+-- name: AckWork
+-- A task that ends without a result for its instance.
+DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token;
+
+-- name: AckWorkWithResult
+-- Deletes the task and enqueues its result for the instance, which it makes
+-- due at once: when the delete finds no row (the activity was cancelled,
+-- its instance deleted, or its lease taken over) nothing is enqueued. The
+-- instance's lease row is written before the task's row is deleted, the
+-- order in which a turn that cancels the task takes them: the delete's
+-- condition on the wake is evaluated once, before the delete reads a row.
+-- The wake writes the row even when due_at stays as it is (see Enqueue in
+-- runtime.sql), and while the row has a lease it lowers due_at below
+-- locked_until, which tells the release that a message came in.
+WITH task AS (
+	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token
+), woken AS (
+	UPDATE instance_locks l
+	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE @now END)
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM task)
+	RETURNING 1
+), done AS (
+	DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token
+		AND (SELECT count(*) FROM woken) >= 0
+	RETURNING instance_id, execution_id
+)
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now FROM done;
+
+-- name: AbandonWork
+UPDATE worker_queue SET lock_token = NULL, locked_until = NULL, visible_at = @visible_at
+WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token;
