@@ -26,4 +26,9 @@ var (
 	// ErrConflict: a transaction kept conflicting with others and the retry
 	// budget ran out. The operation may be tried again later.
 	ErrConflict = errors.New("transaction conflict: retry budget exhausted")
+	// ErrUnavailable: the database could not be reached, or went away or
+	// refused work while the operation ran (connection errors, server
+	// shutdown, too many clients). A read may be tried again; a write may or
+	// may not have committed, so try again only what is safe to repeat.
+	ErrUnavailable = errors.New("database unavailable")
 )

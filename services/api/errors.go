@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 
 	"connectrpc.com/connect"
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -67,19 +65,12 @@ func connectError(ctx context.Context, log *slog.Logger, err error) error {
 		// WorkerService: the task was cancelled, its instance deleted, or
 		// the lease lapsed; the worker drops its work.
 		return preconditionError(errors.New("the task's lease is lost: it was cancelled, its instance deleted, or the lease lapsed"), "LEASE_LOST")
-	case unreachable(err):
+	case errors.Is(err, store.ErrUnavailable):
 		log.ErrorContext(ctx, "api: database unreachable", slog.Any("error", err))
 		return connect.NewError(connect.CodeUnavailable, errors.New("the service is temporarily unavailable"))
 	}
 	log.ErrorContext(ctx, "api: internal error", slog.Any("error", err))
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
-}
-
-// unreachable reports an error of connecting to the database.
-func unreachable(err error) bool {
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr)
 }
 
 // preconditionError is FailedPrecondition with a google.rpc.ErrorInfo

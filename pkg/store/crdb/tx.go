@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/cenkalti/backoff/v5"
@@ -120,6 +121,8 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 	switch {
 	case err == nil:
 		return nil
+	case ctx.Err() == nil && unavailable(last):
+		return fmt.Errorf("%w: after %d attempts: %w", store.ErrUnavailable, attempt, unwrapCommit(last))
 	case !retryable(last):
 		return unwrapCommit(last)
 	case ctx.Err() != nil:
@@ -153,4 +156,26 @@ func retryable(err error) bool {
 		return pgErr.Code == "40001" || pgErr.Code == "40P01"
 	}
 	return pgconn.SafeToRetry(err)
+}
+
+// unavailable classifies the errors of a database that cannot be reached,
+// or that went away or refused work (store.ErrUnavailable): failures to
+// connect or of the network, connection exceptions (SQLSTATE class 08),
+// an administrator's or a crash's shutdown (57P01-57P03), too many
+// connections (53300). A cancelled or expired context is not one.
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57P01", "57P02", "57P03", "53300":
+			return true
+		}
+		return strings.HasPrefix(pgErr.Code, "08")
+	}
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr)
 }

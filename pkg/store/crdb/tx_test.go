@@ -3,10 +3,12 @@ package crdb
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -179,4 +181,26 @@ func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
 	var v int64
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
 	require.Zero(t, v, "a closure's error must roll its writes back")
+}
+
+// A database that cannot be reached is store.ErrUnavailable, for the API to
+// answer Unavailable without knowing the driver; a cancelled call is not.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	pool, err := pgxpool.New(t.Context(), "postgres://postgres@"+dead+"/orchard?connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := New(pool, Options{MaxAttempts: 2})
+	_, err = s.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: "t", InstanceID: "i"})
+	require.ErrorIs(t, err, store.ErrUnavailable)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = s.GetInstance(ctx, &store.GetInstanceParams{TenantID: "t", InstanceID: "i"})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, store.ErrUnavailable)
 }
