@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -147,8 +148,15 @@ must share --secret, which signs page and task tokens.`,
 	return cmd
 }
 
-// deriveKey derives a purpose's key from the shared secret.
+// deriveKey derives a purpose's 32-byte key from the shared secret with
+// HKDF-SHA256 (RFC 5869): the secret is the input keying material and the
+// purpose, as HKDF's info, separates the keys, so that one purpose's key
+// tells nothing of another's.
 func deriveKey(secret, purpose string) []byte {
-	sum := sha256.Sum256([]byte("orchard:" + purpose + ":" + secret))
-	return sum[:]
+	key, err := hkdf.Key(sha256.New, []byte(secret), nil, "orchard "+purpose, 32)
+	if err != nil {
+		// Only a length beyond 255 hashes fails.
+		panic(err)
+	}
+	return key
 }
