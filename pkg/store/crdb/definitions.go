@@ -11,6 +11,13 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
+var (
+	sqlRegisterDefinition   = stmt("RegisterDefinition")
+	sqlGetDefinitionVersion = stmt("GetDefinitionVersion")
+	sqlGetDefinitionLatest  = stmt("GetDefinitionLatest")
+	sqlListDefinitions      = stmt("ListDefinitions")
+)
+
 // RegisterDefinition inserts a version, or finds it registered with the same
 // document (a no-op) or another one (ErrAlreadyExists). One statement: the
 // insert and the comparison with what is there.
@@ -26,18 +33,9 @@ func (s *Store) RegisterDefinition(ctx context.Context, p *store.RegisterDefinit
 	var same bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var createdAt int64
-		err := s.pool.QueryRow(ctx, `
-WITH ins AS (
-	INSERT INTO definitions (tenant_id, name, version, body, created_at)
-	VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (tenant_id, name, version) DO NOTHING
-	RETURNING created_at
-)
-SELECT true, true, created_at FROM ins
-UNION ALL
-SELECT false, body = $4::JSONB, created_at FROM definitions
-WHERE tenant_id = $1 AND name = $2 AND version = $3 AND NOT EXISTS (SELECT 1 FROM ins)`,
-			p.TenantID, p.Name, p.Version, []byte(p.Document), now).Scan(&res.Created, &same, &createdAt)
+		err := s.pool.QueryRow(ctx, sqlRegisterDefinition, pgx.StrictNamedArgs{
+			"tenant_id": p.TenantID, "name": p.Name, "version": p.Version, "body": []byte(p.Document), "now": now,
+		}).Scan(&res.Created, &same, &createdAt)
 		res.CreatedAt = fromMillis(createdAt)
 		return err
 	})
@@ -52,17 +50,15 @@ WHERE tenant_id = $1 AND name = $2 AND version = $3 AND NOT EXISTS (SELECT 1 FRO
 
 // GetDefinition reads a version, or the one registered last.
 func (s *Store) GetDefinition(ctx context.Context, p *store.GetDefinitionParams) (*store.Definition, error) {
-	q := `SELECT name, version, body, created_at FROM definitions WHERE tenant_id = $1 AND name = $2 AND version = $3`
-	args := []any{p.TenantID, p.Name, p.Version}
+	q, args := sqlGetDefinitionVersion, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "name": p.Name, "version": p.Version}
 	if p.Version == "" {
-		q = `SELECT name, version, body, created_at FROM definitions WHERE tenant_id = $1 AND name = $2
-			ORDER BY created_at DESC, version DESC LIMIT 1`
-		args = args[:2]
+		q = sqlGetDefinitionLatest
+		delete(args, "version")
 	}
 	var d store.Definition
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var createdAt int64
-		err := s.pool.QueryRow(ctx, q, args...).Scan(&d.Name, &d.Version, &d.Document, &createdAt)
+		err := s.pool.QueryRow(ctx, q, args).Scan(&d.Name, &d.Version, &d.Document, &createdAt)
 		d.CreatedAt = fromMillis(createdAt)
 		return err
 	})
@@ -84,23 +80,12 @@ func (s *Store) ListDefinitions(ctx context.Context, p *store.ListDefinitionsPar
 	if err != nil {
 		return nil, err
 	}
-	body := "NULL::JSONB"
-	if p.WithDocuments {
-		body = "body"
-	}
-	// Keyset on (name ASC, created_at DESC, version DESC), resumed from the
-	// last row's name and version.
-	q := `
-SELECT d.name, d.version, ` + body + `, d.created_at FROM definitions d
-WHERE d.tenant_id = $1 AND ($2 = '' OR d.name = $2)
-	AND ($3 = '' OR d.name > $3 OR (d.name = $3 AND (d.created_at, d.version) <
-		(SELECT a.created_at, a.version FROM definitions a WHERE a.tenant_id = $1 AND a.name = $3 AND a.version = $4)))
-ORDER BY d.name, d.created_at DESC, d.version DESC
-LIMIT $5`
 	var out []store.Definition
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, q, p.TenantID, p.Name, p.AfterName, p.AfterVersion, limit)
+		rows, err := s.pool.Query(ctx, sqlListDefinitions, pgx.StrictNamedArgs{
+			"tenant_id": p.TenantID, "name": p.Name, "after_name": p.AfterName, "after_version": p.AfterVersion,
+			"with_documents": p.WithDocuments, "limit": limit})
 		if err != nil {
 			return err
 		}
