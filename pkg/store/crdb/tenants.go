@@ -11,6 +11,13 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
+var (
+	sqlCreateTenant = stmt("CreateTenant")
+	sqlGetTenant    = stmt("GetTenant")
+	sqlListTenants  = stmt("ListTenants")
+	sqlUpdateTenant = stmt("UpdateTenant")
+)
+
 // CreateTenant registers an active tenant. ErrAlreadyExists when it is
 // registered.
 func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) error {
@@ -20,8 +27,7 @@ func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) e
 	now := s.now()
 	var inserted bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `INSERT INTO tenants (tenant_id, created_at, updated_at) VALUES ($1, $2, $2)
-			ON CONFLICT (tenant_id) DO NOTHING`, p.TenantID, now)
+		tag, err := s.pool.Exec(ctx, sqlCreateTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "now": now})
 		inserted = tag.RowsAffected() == 1
 		return err
 	})
@@ -34,8 +40,7 @@ func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) e
 	return nil
 }
 
-const tenantColumns = `tenant_id, state, limits, retention, created_at, updated_at`
-
+// scanTenant reads the columns the tenant statements return.
 func scanTenant(row pgx.Row) (*store.Tenant, error) {
 	var t store.Tenant
 	var limits, retention []byte
@@ -58,7 +63,7 @@ func (s *Store) GetTenant(ctx context.Context, p *store.GetTenantParams) (*store
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE tenant_id = $1`, p.TenantID))
+		t, err = scanTenant(s.pool.QueryRow(ctx, sqlGetTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -76,8 +81,7 @@ func (s *Store) ListTenants(ctx context.Context, p *store.ListTenantsParams) ([]
 	var out []store.Tenant
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE tenant_id > $1 ORDER BY tenant_id LIMIT $2`,
-			p.AfterTenantID, limit)
+		rows, err := s.pool.Query(ctx, sqlListTenants, pgx.StrictNamedArgs{"after_tenant_id": p.AfterTenantID, "limit": limit})
 		if err != nil {
 			return err
 		}
@@ -125,11 +129,8 @@ func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = scanTenant(s.pool.QueryRow(ctx, `
-UPDATE tenants SET state = COALESCE($2, state), limits = COALESCE($3::JSONB, limits),
-	retention = COALESCE($4::JSONB, retention), updated_at = $5
-WHERE tenant_id = $1
-RETURNING `+tenantColumns, p.TenantID, state, limits, retention, now))
+		t, err = scanTenant(s.pool.QueryRow(ctx, sqlUpdateTenant, pgx.StrictNamedArgs{
+			"tenant_id": p.TenantID, "state": state, "limits": limits, "retention": retention, "now": now}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
