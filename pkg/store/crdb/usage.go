@@ -12,6 +12,13 @@ import (
 
 var _ store.Usage = (*Store)(nil)
 
+var (
+	sqlListUsageTenants         = stmt("ListUsageTenants")
+	sqlUsageInstancesByStatus   = stmt("UsageInstancesByStatus")
+	sqlUsageExecutionsAndEvents = stmt("UsageExecutionsAndEvents")
+	sqlUsageQueuedMessages      = stmt("UsageQueuedMessages")
+)
+
 // GetUsage measures one tenant: instances by status from the maintained
 // counters, executions and events from the instances' own counts, and the
 // rows waiting in its queues.
@@ -38,9 +45,8 @@ func (s *Store) ListUsage(ctx context.Context, p *store.ListUsageParams) ([]stor
 	var ids []string
 	err = s.retry(ctx, func(ctx context.Context) error {
 		ids = ids[:0]
-		rows, err := s.pool.Query(ctx, `SELECT tenant_id FROM tenants
-WHERE tenant_id > $1 AND (cardinality($2::TEXT[]) = 0 OR tenant_id = ANY($2::TEXT[]))
-ORDER BY tenant_id LIMIT $3`, p.AfterTenantID, nonNil(p.TenantIDs), limit)
+		rows, err := s.pool.Query(ctx, sqlListUsageTenants, pgx.StrictNamedArgs{
+			"after_tenant_id": p.AfterTenantID, "tenant_ids": nonNil(p.TenantIDs), "limit": limit})
 		if err != nil {
 			return err
 		}
@@ -73,15 +79,10 @@ func (s *Store) measure(ctx context.Context, tenants []string) ([]store.TenantUs
 			index[t] = &out[i]
 		}
 		b := &pgx.Batch{}
-		b.Queue(`SELECT tenant_id, status, sum(n)::INT8 FROM instance_counts WHERE tenant_id = ANY($1::TEXT[])
-GROUP BY tenant_id, status HAVING sum(n) <> 0`, tenants)
-		b.Queue(`SELECT tenant_id, COALESCE(sum(execution_count), 0)::INT8, COALESCE(sum(event_count), 0)::INT8
-FROM instances WHERE tenant_id = ANY($1::TEXT[]) AND NOT deleting GROUP BY tenant_id`, tenants)
-		b.Queue(`SELECT tenant_id, sum(n)::INT8 FROM (
-	SELECT tenant_id, count(*) AS n FROM orchestrator_queue WHERE tenant_id = ANY($1::TEXT[]) GROUP BY tenant_id
-	UNION ALL
-	SELECT tenant_id, count(*) AS n FROM worker_queue WHERE tenant_id = ANY($1::TEXT[]) GROUP BY tenant_id
-) q GROUP BY tenant_id`, tenants)
+		ids := pgx.StrictNamedArgs{"tenant_ids": tenants}
+		b.Queue(sqlUsageInstancesByStatus, ids)
+		b.Queue(sqlUsageExecutionsAndEvents, ids)
+		b.Queue(sqlUsageQueuedMessages, ids)
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		var tenant, status string
