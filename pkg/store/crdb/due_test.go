@@ -65,7 +65,8 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
 	var late string
-	require.NoError(t, tx.QueryRow(ctx, enqueueMessage, "t", "x", 1, "late", []byte(nil), now, now).Scan(&late))
+	require.NoError(t, tx.QueryRow(ctx, sqlEnqueue, pgx.StrictNamedArgs{"tenant_id": "t", "instance_id": "x",
+		"execution_id": 1, "kind": "late", "payload": []byte(nil), "visible_at": now, "now": now}).Scan(&late))
 
 	// The ack reads the queue (without the message) and waits for the row.
 	acked := make(chan error, 1)

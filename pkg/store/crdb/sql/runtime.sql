@@ -1,0 +1,287 @@
+-- The runtime protocol of orchestrations: start, enqueue, fetch (claim and
+-- read), renew, abandon; and the reads of an instance and its history.
+--
+-- Every lease row carries due_at, the time its instance next needs a turn:
+-- the earliest visible_at of its messages (9223372036854775807, the largest
+-- INT8, when it has none), the lease's end while a dispatcher holds it. The
+-- writers keep one rule (sql/invariants.sql, InvariantDue): an instance with
+-- a message visible at v is due at v or earlier, or is leased.
+--   - An enqueue lowers due_at to its message's visible_at, in the statement
+--     that adds the message, and writes the row even when due_at stays as it
+--     is: an update that finds the row changed since its statement began
+--     reads it again (READ COMMITTED) and works from what it finds, where a
+--     condition on due_at would be judged on the row as it was, and could
+--     pass over a row that a claim has just leased.
+--   - A release (ack, abandon) sets it to the earliest message left, read in
+--     its own statement. A message enqueued meanwhile may be missing from
+--     that read, so an enqueue onto a row with a lease also lowers due_at
+--     below locked_until, which a claim, a renewal and a release never do:
+--     the release sees it (after waiting for the enqueue's row lock, it
+--     reads the row anew) and keeps the lower value. A wrong guess costs one
+--     claim that finds nothing visible and abandons, which sets due_at
+--     exactly.
+
+-- name: StartOrchestration
+-- The instance, execution 1, its lease row (free, due at once), its place
+-- in the status counters (shard @shard), its tags and the start message, in
+-- one statement; nothing when the id is taken.
+WITH i AS (
+	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
+	VALUES (@tenant_id, @instance_id, @name, @version, 1, 'Running', @instance_id, @now, @now, @input, @tags,
+		@retention, 1, 0)
+	ON CONFLICT (tenant_id, instance_id) DO NOTHING
+	RETURNING instance_id
+), e AS (
+	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
+	SELECT @tenant_id, instance_id, 1, 'Running', @input, @now FROM i
+	RETURNING instance_id
+), l AS (
+	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	SELECT @tenant_id, instance_id, gen_random_uuid(), 0, @now FROM i
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE
+		SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0
+	RETURNING 1
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT @tenant_id, 'Running', @shard, 1 FROM i
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
+), tagged AS (
+	INSERT INTO instance_tags (tenant_id, instance_id, tag_key, tag_value, created_at)
+	SELECT @tenant_id, i.instance_id, t.key, t.value, @now FROM i, jsonb_each_text(@tags::JSONB) AS t (key, value)
+	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE
+		SET tag_value = excluded.tag_value, created_at = excluded.created_at
+	RETURNING 1
+)
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now FROM i;
+
+-- name: Enqueue
+-- A message for an instance unless it is gone or being deleted, returning
+-- its id; the instance is due by the message's @visible_at (see the rule
+-- above: the wake writes the row whatever due_at is).
+WITH m AS (
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+	SELECT tenant_id, instance_id, @execution_id, @kind, @payload, @visible_at, @now FROM instances
+	WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting
+	RETURNING id, instance_id
+), woken AS (
+	UPDATE instance_locks l
+	SET due_at = LEAST(l.due_at, @visible_at, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE @visible_at END)
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM m)
+	RETURNING 1
+)
+SELECT id::TEXT FROM m;
+
+-- name: GetInstance
+-- The columns scanInstance reads, then the retention override.
+SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.retention
+FROM instances i
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id
+WHERE i.tenant_id = @tenant_id AND i.instance_id = @instance_id AND NOT i.deleting;
+
+-- name: GetHistoryExecution
+-- The execution a history read names (0: the current one), if it exists
+-- and is not being deleted.
+SELECT e.execution_id FROM instances i
+JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = CASE WHEN @execution_id::INT8 = 0 THEN i.current_execution_id ELSE @execution_id::INT8 END
+WHERE i.tenant_id = @tenant_id AND i.instance_id = @instance_id AND NOT i.deleting AND NOT e.deleting;
+
+-- name: GetHistory
+-- A page of an execution's history (0: the current one) in event id order.
+SELECT h.event_id, h.kind, h.payload, h.created_at
+FROM history h
+WHERE h.tenant_id = @tenant_id AND h.instance_id = @instance_id AND h.execution_id = (
+	SELECT CASE WHEN @execution_id::INT8 = 0 THEN current_execution_id ELSE @execution_id::INT8 END
+	FROM instances WHERE tenant_id = @tenant_id AND instance_id = @instance_id)
+	AND h.event_id > @after_event_id
+ORDER BY h.event_id
+LIMIT @limit;
+
+-- name: ClaimForTenant
+-- Leases up to @max due instances of a tenant with a free lease, in one
+-- statement, and returns their ids (LeasedInputs then reads them). It locks
+-- the first due rows in order, skipping rows another claim is taking (SKIP
+-- LOCKED: claims never queue behind each other), and takes them by
+-- compare-and-set (locked_until <= @now), which alone makes it correct. A
+-- claimed row is due when its lease ends. (The index holds only rows with
+-- something due; "due_at < 9223372036854775807" says so to a plan made
+-- without knowing the tenant.)
+WITH due AS (
+	SELECT l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = @tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807 AND l.locked_until <= @now
+	ORDER BY l.due_at
+	LIMIT @max
+	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	-- By key, from an array: joined with due, the update would be planned
+	-- as a hash join over a scan of every lease row of the table.
+	UPDATE instance_locks l SET lock_token = @token, locked_until = @until, due_at = @until, claims = l.claims + 1
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due)) AND l.locked_until <= @now
+	RETURNING l.tenant_id, l.instance_id
+)
+SELECT c.tenant_id, c.instance_id FROM claimed c;
+
+-- name: ClaimForAnyTenant
+-- The claim of ClaimForTenant for the tenants in turn: the first registered
+-- tenant after @after (wrapping around) with claimable work, found by
+-- walking the tenants in key order and stopping at the first one among
+-- whose first due instances (a bounded head, so that the probe costs the
+-- same whatever the backlog; leased rows are in it only when a message came
+-- during their lease) one has no live lease.
+WITH pick AS (
+	SELECT tenant_id FROM (
+		(SELECT t.tenant_id FROM tenants t
+		 WHERE t.tenant_id > @after AND EXISTS (
+			SELECT 1 FROM (
+				SELECT l.locked_until FROM instance_locks l
+				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807
+				ORDER BY l.due_at
+				LIMIT 512) w
+			WHERE w.locked_until <= @now)
+		 ORDER BY t.tenant_id LIMIT 1)
+		UNION ALL
+		(SELECT t.tenant_id FROM tenants t
+		 WHERE t.tenant_id <= @after AND EXISTS (
+			SELECT 1 FROM (
+				SELECT l.locked_until FROM instance_locks l
+				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807
+				ORDER BY l.due_at
+				LIMIT 512) w
+			WHERE w.locked_until <= @now)
+		 ORDER BY t.tenant_id LIMIT 1)
+	) rr
+	LIMIT 1
+), due AS (
+	SELECT l.instance_id FROM instance_locks l
+	WHERE l.tenant_id = (SELECT tenant_id FROM pick) AND l.due_at <= @now AND l.due_at < 9223372036854775807
+		AND l.locked_until <= @now
+	ORDER BY l.due_at
+	LIMIT @max
+	FOR UPDATE SKIP LOCKED
+), claimed AS (
+	UPDATE instance_locks l SET lock_token = @token, locked_until = @until, due_at = @until, claims = l.claims + 1
+	WHERE l.tenant_id = (SELECT tenant_id FROM pick) AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due))
+		AND l.locked_until <= @now
+	RETURNING l.tenant_id, l.instance_id
+)
+SELECT c.tenant_id, c.instance_id FROM claimed c;
+
+-- name: LeasedInputs
+-- Follows a claim in the same round trip, so that it reads what the turns
+-- before committed (in READ COMMITTED, a statement sees what committed
+-- before it started; the claim may have waited for one of those turns to
+-- release its lease): the instances leased under @token, each with its
+-- current execution, that execution's history and its visible messages (at
+-- most @max_messages, the oldest) as columns of arrays. The elements of one
+-- lateral's arrays line up (its aggregates read the same rows in the same
+-- order); the fetch sorts them. A NULL name is an instance that is gone or
+-- being deleted.
+SELECT l.tenant_id, l.instance_id, l.claims, i.instance_id IS NOT NULL,
+	i.name, i.version, i.status, i.current_execution_id,
+	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
+	h.ids, h.kinds, h.payloads, h.created,
+	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created
+FROM instance_locks l
+LEFT JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id AND NOT i.deleting
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND e.execution_id = i.current_execution_id
+LEFT JOIN LATERAL (
+	SELECT array_agg(h.event_id) AS ids, array_agg(h.kind) AS kinds, array_agg(h.payload) AS payloads,
+		array_agg(h.created_at) AS created
+	FROM history h
+	WHERE h.tenant_id = i.tenant_id AND h.instance_id = i.instance_id AND h.execution_id = i.current_execution_id
+) h ON true
+LEFT JOIN LATERAL (
+	SELECT array_agg(q.id::TEXT) AS ids, array_agg(q.execution_id) AS executions, array_agg(q.kind) AS kinds,
+		array_agg(q.payload) AS payloads, array_agg(q.visible_at) AS visible, array_agg(q.created_at) AS created
+	FROM (
+		SELECT q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND q.visible_at <= @now
+		ORDER BY q.visible_at, q.created_at, q.id
+		LIMIT @max_messages) q
+) m ON true
+WHERE l.lock_token = @token;
+
+-- name: ReleaseFailedClaim
+-- Lets go of the leases a fetch may hold when reading its results failed
+-- after COMMIT was sent: due at once, whoever claims them next sorts out
+-- what they hold.
+UPDATE instance_locks SET locked_until = 0, due_at = 0 WHERE lock_token = @token;
+
+-- name: FindZombieTenant
+-- A tenant with a visible message of an instance that has no lease row
+-- (it was deleted): a zombie message.
+SELECT q.tenant_id FROM orchestrator_queue q
+WHERE q.visible_at <= @now AND NOT EXISTS (SELECT 1 FROM instance_locks l
+	WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id)
+LIMIT 1;
+
+-- name: ClaimZombie
+-- Leases, for a tenant, one instance among the oldest visible messages
+-- (@window entries) that has no lease row: its messages outlived it. The
+-- fetch then consumes them.
+INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+SELECT @tenant_id, w.instance_id, @token, @until, @until FROM (
+	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
+	WHERE q.tenant_id = @tenant_id
+	ORDER BY q.visible_at
+	LIMIT @window
+) w
+WHERE w.visible_at <= @now
+	AND NOT EXISTS (SELECT 1 FROM instance_locks l WHERE l.tenant_id = @tenant_id AND l.instance_id = w.instance_id)
+LIMIT 1
+ON CONFLICT (tenant_id, instance_id) DO NOTHING
+RETURNING tenant_id, instance_id;
+
+-- name: ZombieMessages
+-- The visible messages of the zombie ClaimZombie leased.
+SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_locks l
+JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+WHERE l.tenant_id = @tenant_id AND l.lock_token = @token AND q.visible_at <= @now
+LIMIT @max_messages;
+
+-- name: ConsumeZombies
+-- Deletes the messages of an instance that does not exist (unless it came
+-- back meanwhile) and the lease taken on it.
+WITH consumed AS (
+	DELETE FROM orchestrator_queue
+	WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND id = ANY(@ids::UUID[])
+		AND NOT EXISTS (SELECT 1 FROM instances
+			WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting)
+	RETURNING id
+)
+DELETE FROM instance_locks WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token;
+
+-- name: RenewOrchestrationLease
+-- Extends a live lease by compare-and-set; due when the lease ends, unless
+-- a message came during it.
+UPDATE instance_locks l SET locked_until = @until,
+	due_at = CASE WHEN l.due_at < l.locked_until THEN l.due_at ELSE @until END
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
+
+-- name: AbandonOrchestrationItem
+-- Releases a live lease: due at the earliest message left (or earlier, when
+-- a message came during the lease).
+UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = CASE
+	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
+	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
+
+-- name: AbandonOrchestrationItemWithDelay
+-- Releases a live lease into one nobody holds (@new_token) until @until:
+-- not due before the delay ends.
+UPDATE instance_locks l SET lock_token = @new_token, locked_until = @until, claims = 0, due_at = GREATEST(CASE
+	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
+	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END, @until)
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
