@@ -214,6 +214,9 @@ func loadCaptured(root, dir string) ([]*Statement, error) {
 	callers := map[string]map[string]bool{}
 	fromStore := false
 	for _, r := range records {
+		// pgx's tracers see a statement with named parameters before pgx
+		// numbers them.
+		r.SQL = numberNamedArgs(r.SQL)
 		if len(r.Caller) > 0 {
 			fromStore = fromStore || strings.HasPrefix(r.Caller[0], "github.com/orchardhq/orchard/pkg/store/crdb.")
 		}
