@@ -30,8 +30,8 @@ var (
 	// FieldViolations say which fields and why.
 	ErrInvalidArgument = errors.New("orchard: invalid argument")
 	// ErrFailedPrecondition: the request cannot be done in the object's
-	// current state. ErrRunning, ErrSubOrchestration and ErrLeaseLost are
-	// its particular cases, and an error matching one of them matches this
+	// current state. ErrRunning, ErrSubOrchestration, ErrInstanceTerminal
+	// and ErrLeaseLost are its particular cases, and an error matching one of them matches this
 	// one too.
 	ErrFailedPrecondition = errors.New("orchard: failed precondition")
 	// ErrRunning: a delete without force met a running instance in the tree.
@@ -39,6 +39,9 @@ var (
 	// ErrSubOrchestration: a sub-orchestration is deleted with its root,
 	// never on its own.
 	ErrSubOrchestration = errors.New("orchard: sub-orchestration")
+	// ErrInstanceTerminal: the instance has ended (completed, failed or
+	// cancelled); it takes no more events or cancel requests.
+	ErrInstanceTerminal = errors.New("orchard: instance has ended")
 	// ErrLeaseLost: a worker call met a task whose lease is gone: the
 	// activity was cancelled, its instance deleted, or the lease lapsed.
 	ErrLeaseLost = errors.New("orchard: task lease lost")
@@ -82,7 +85,7 @@ type Error struct {
 	RetryAfter time.Duration
 
 	// precondition refines a FailedPrecondition: ErrRunning,
-	// ErrSubOrchestration, ErrLeaseLost or nil.
+	// ErrSubOrchestration, ErrInstanceTerminal, ErrLeaseLost or nil.
 	precondition error
 	cause        error
 }
@@ -120,7 +123,8 @@ func (e *Error) Error() string {
 }
 
 // Is matches the sentinel of the error's code, and for FailedPrecondition
-// the particular case (ErrRunning, ErrSubOrchestration, ErrLeaseLost).
+// the particular case (ErrRunning, ErrSubOrchestration, ErrInstanceTerminal,
+// ErrLeaseLost).
 func (e *Error) Is(target error) bool {
 	if target == nil {
 		return false
@@ -143,6 +147,7 @@ var preconditionReasons = map[string]error{
 	"SUB_ORCHESTRATION": ErrSubOrchestration,
 	"WOULD_ORPHAN":      ErrSubOrchestration,
 	"LEASE_LOST":        ErrLeaseLost,
+	"INSTANCE_TERMINAL": ErrInstanceTerminal,
 }
 
 // apiError is the one place where a call's failure becomes an *Error: the

@@ -53,7 +53,7 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 	t.Parallel()
 	all := []error{
 		sdk.ErrNotFound, sdk.ErrAlreadyExists, sdk.ErrInvalidArgument, sdk.ErrFailedPrecondition, sdk.ErrRunning,
-		sdk.ErrSubOrchestration, sdk.ErrLeaseLost, sdk.ErrUnauthenticated, sdk.ErrPermissionDenied,
+		sdk.ErrSubOrchestration, sdk.ErrLeaseLost, sdk.ErrInstanceTerminal, sdk.ErrUnauthenticated, sdk.ErrPermissionDenied,
 		sdk.ErrResourceExhausted, sdk.ErrUnavailable,
 	}
 	for _, tc := range []struct {
@@ -75,6 +75,9 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 			"the task's lease is lost: it was cancelled, its instance deleted, or the lease lapsed",
 			&errdetails.ErrorInfo{Reason: "LEASE_LOST", Domain: "orchard.dev"}),
 			[]error{sdk.ErrFailedPrecondition, sdk.ErrLeaseLost}},
+		{"instance terminal", withDetails(connect.CodeFailedPrecondition, `instance "x" is Completed: instance has ended`,
+			&errdetails.ErrorInfo{Reason: "INSTANCE_TERMINAL", Domain: "orchard.dev"}),
+			[]error{sdk.ErrFailedPrecondition, sdk.ErrInstanceTerminal}},
 		{"the reason decides, not the text", withDetails(connect.CodeFailedPrecondition, "instance is running",
 			&errdetails.ErrorInfo{Reason: "SUB_ORCHESTRATION", Domain: "orchard"}),
 			[]error{sdk.ErrFailedPrecondition, sdk.ErrSubOrchestration}},

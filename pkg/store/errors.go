@@ -23,6 +23,9 @@ var (
 	ErrSubOrchestration = errors.New("cannot delete a sub-orchestration: delete its root instance")
 	// ErrWouldOrphan: an atomic delete would leave a child without its parent.
 	ErrWouldOrphan = errors.New("delete would orphan a sub-orchestration")
+	// ErrInstanceTerminal: the instance has ended (Completed, Failed or
+	// Cancelled) and takes no more messages.
+	ErrInstanceTerminal = errors.New("instance has ended")
 	// ErrConflict: a transaction kept conflicting with others and the retry
 	// budget ran out. The operation may be tried again later.
 	ErrConflict = errors.New("transaction conflict: retry budget exhausted")

@@ -182,7 +182,8 @@ type Runtime interface {
 	// start message atomically. ErrAlreadyExists when the id is taken.
 	StartOrchestration(ctx context.Context, p *StartOrchestrationParams) (*StartOrchestrationResult, error)
 	// Enqueue adds a message (an external event, a cancel request) to an
-	// instance's queue. ErrNotFound when the instance does not exist.
+	// instance's queue. ErrNotFound when the instance does not exist,
+	// ErrInstanceTerminal when it has ended: nothing would consume it.
 	Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
 	// GetInstance reads an instance and its current execution's state.
 	GetInstance(ctx context.Context, p *GetInstanceParams) (*Instance, error)

@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -226,6 +227,23 @@ func requireCode(t testing.TB, err error, code connect.Code, mentions ...string)
 	for _, m := range mentions {
 		require.Contains(t, ce.Message(), m)
 	}
+}
+
+// requireReason checks that err carries a google.rpc.ErrorInfo detail
+// with the given reason.
+func requireReason(t testing.TB, err error, reason string) {
+	t.Helper()
+	var ce *connect.Error
+	require.True(t, errors.As(err, &ce), "not a connect error: %v", err)
+	for _, d := range ce.Details() {
+		if info, derr := d.Value(); derr == nil {
+			if info, ok := info.(*errdetails.ErrorInfo); ok {
+				require.Equal(t, reason, info.Reason, "error: %v", err)
+				return
+			}
+		}
+	}
+	t.Fatalf("no ErrorInfo in %v", err)
 }
 
 func req[T any](m *T) *connect.Request[T] { return connect.NewRequest(m) }

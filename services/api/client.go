@@ -132,7 +132,10 @@ func (c *clientService) RaiseEvent(ctx context.Context, req *connect.Request[orc
 }
 
 func (c *clientService) CancelInstance(ctx context.Context, req *connect.Request[orchardv1.CancelInstanceRequest]) (*connect.Response[orchardv1.CancelInstanceResponse], error) {
-	if err := c.enqueue(ctx, req.Msg.InstanceId, engine.CancelMessage{Reason: req.Msg.Reason}); err != nil {
+	// Cancelling an ended instance does nothing, so that a retried cancel
+	// of an instance that ended meanwhile succeeds.
+	err := c.enqueue(ctx, req.Msg.InstanceId, engine.CancelMessage{Reason: req.Msg.Reason})
+	if err != nil && !errors.Is(err, store.ErrInstanceTerminal) {
 		return nil, err
 	}
 	return connect.NewResponse(&orchardv1.CancelInstanceResponse{}), nil

@@ -62,6 +62,10 @@ func TestClientService(t *testing.T) {
 	require.JSONEq(t, `"hi"`, string(c.waitDone(t, "w1").Output))
 	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "missing", Name: "go"}))
 	requireCode(t, err, connect.CodeNotFound)
+	// An ended instance refuses events rather than dropping them.
+	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "w1", Name: "go", Payload: []byte(`"late"`)}))
+	requireCode(t, err, connect.CodeFailedPrecondition, "w1", "Completed")
+	requireReason(t, err, "INSTANCE_TERMINAL")
 	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "w1", Name: "go", Payload: []byte(`{`)}))
 	requireCode(t, err, connect.CodeInvalidArgument, "payload")
 
@@ -75,6 +79,16 @@ func TestClientService(t *testing.T) {
 	cancelled := c.waitDone(t, "w2")
 	require.Equal(t, orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED, cancelled.Status)
 	_, err = c.client.CancelInstance(ctx, req(&orchardv1.CancelInstanceRequest{InstanceId: "missing"}))
+	requireCode(t, err, connect.CodeNotFound)
+	// Cancelling an ended instance does nothing (and queues nothing).
+	_, err = c.client.CancelInstance(ctx, req(&orchardv1.CancelInstanceRequest{InstanceId: "w2"}))
+	require.NoError(t, err)
+	// A deleted instance is not found.
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: "w3"}))
+	require.NoError(t, err)
+	_, err = c.client.DeleteInstance(ctx, req(&orchardv1.DeleteInstanceRequest{InstanceId: "w3", Force: true}))
+	require.NoError(t, err)
+	_, err = c.client.RaiseEvent(ctx, req(&orchardv1.RaiseEventRequest{InstanceId: "w3", Name: "go"}))
 	requireCode(t, err, connect.CodeNotFound)
 
 	// GetHistory pages through the current execution.

@@ -59,6 +59,8 @@ func connectError(ctx context.Context, log *slog.Logger, err error) error {
 		return preconditionError(err, "INSTANCE_RUNNING")
 	case errors.Is(err, store.ErrSubOrchestration):
 		return preconditionError(err, "SUB_ORCHESTRATION")
+	case errors.Is(err, store.ErrInstanceTerminal):
+		return preconditionError(err, "INSTANCE_TERMINAL")
 	case errors.Is(err, store.ErrWouldOrphan):
 		return preconditionError(err, "WOULD_ORPHAN")
 	case errors.Is(err, store.ErrLeaseLost):

@@ -445,7 +445,7 @@ func (j *Janitor) cancel(ctx context.Context, tenantID, instanceID, reason strin
 		return err
 	}
 	_, err = j.cfg.Store.Enqueue(ctx, &store.EnqueueParams{TenantID: tenantID, InstanceID: instanceID, Message: store.Message{Kind: kind, Payload: body}})
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInstanceTerminal) {
 		return nil
 	}
 	return err

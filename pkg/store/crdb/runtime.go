@@ -87,7 +87,7 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 		return nil, invalid("negative delay %s", p.Delay)
 	}
 	now := s.now()
-	var id string
+	var id, status string
 	// READ COMMITTED: under SERIALIZABLE, the write to the lease row would
 	// fail whenever a claim or a turn of the instance updated the row since
 	// the enqueue began. The statement is atomic at any level.
@@ -96,18 +96,25 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 			"execution_id": p.ExecutionID, "kind": p.Message.Kind, "payload": p.Message.Payload,
 			"visible_at": now + p.Delay.Milliseconds(), "now": now})
 	}, func(br pgx.BatchResults) error {
-		id = ""
-		err := br.QueryRow().Scan(&id)
+		id, status = "", ""
+		var msgID *string
+		err := br.QueryRow().Scan(&status, &msgID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
+		}
+		if msgID != nil {
+			id = *msgID
 		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if id == "" {
+	switch {
+	case status == "":
 		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
+	case id == "":
+		return nil, fmt.Errorf("instance %q is %s: %w", p.InstanceID, status, store.ErrInstanceTerminal)
 	}
 	return &store.EnqueueResult{MessageID: id}, nil
 }

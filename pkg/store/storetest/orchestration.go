@@ -85,6 +85,24 @@ func testEnqueueMissingInstance(t *testing.T, h *harness) {
 	require.Nil(t, h.fetch(tenant))
 }
 
+// An ended instance takes no message (nothing would ever consume it); a
+// deleted one is not found.
+func testEnqueueTerminalInstance(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	for _, status := range []store.Status{store.StatusCompleted, store.StatusFailed, store.StatusCancelled} {
+		id := "ended-" + string(status)
+		h.start(tenant, id)
+		h.finish(tenant, id, status)
+		_, err := h.s.Enqueue(h.ctx(), &store.EnqueueParams{TenantID: tenant, InstanceID: id, Message: store.Message{Kind: kindEvent}})
+		require.ErrorIs(t, err, store.ErrInstanceTerminal, status)
+		require.Nil(t, h.fetch(tenant), "a message was queued for an ended instance")
+		_, err = h.deleteInstance(tenant, id, false)
+		require.NoError(t, err)
+		_, err = h.s.Enqueue(h.ctx(), &store.EnqueueParams{TenantID: tenant, InstanceID: id, Message: store.Message{Kind: kindEvent}})
+		require.ErrorIs(t, err, store.ErrNotFound, status)
+	}
+}
+
 // 16 fetchers race over 1,000 messages across 50 instances: each message is
 // consumed exactly once and no instance is ever leased by two at a time.
 func testExactlyOnceDelivery(t *testing.T, h *harness) {
@@ -374,10 +392,14 @@ func testAckTerminalStatus(t *testing.T, h *harness) {
 		} else {
 			require.Equal(t, "boom", in.Error)
 		}
-		// An event raised after the end is consumed by a turn that changes
-		// nothing: the completion time stays.
+		// A message another instance's turn sends after the end (a child's
+		// late result) is consumed by a turn that changes nothing: the
+		// completion time stays.
 		completed := in.CompletedAt
-		h.enqueue(tenant, id, `"late"`, 0)
+		h.start(tenant, "sender-"+id)
+		send := turn(h.mustFetch(tenant, "sender-"+id))
+		send.Messages = []store.OutgoingMessage{{InstanceID: id, Message: store.Message{Kind: kindEvent, Payload: []byte(`"late"`)}}}
+		h.ack(send)
 		h.clock.Advance(time.Second)
 		late := turn(h.mustFetch(tenant, id))
 		late.History, late.Status, late.Output, late.Error = nil, st, p.Output, p.Error

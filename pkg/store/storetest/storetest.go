@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartAndFetch", testStartAndFetch},
 		{"StartTakenID", testStartTakenID},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
+		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"ExactlyOnceDelivery", testExactlyOnceDelivery},
 		{"InvisibleUntilVisibleAt", testInvisibleUntilVisibleAt},
 		{"NothingToFetch", testNothingToFetch},

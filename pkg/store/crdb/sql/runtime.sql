@@ -58,13 +58,18 @@ INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payl
 SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now FROM i;
 
 -- name: Enqueue
--- A message for an instance unless it is gone or being deleted, returning
--- its id; the instance is due by the message's @visible_at (see the rule
--- above: the wake writes the row whatever due_at is).
-WITH m AS (
-	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-	SELECT tenant_id, instance_id, @execution_id, @kind, @payload, @visible_at, @now FROM instances
+-- A message for an instance unless it is gone, being deleted or ended
+-- (nothing would consume it); the instance is due by the message's
+-- @visible_at (see the rule above: the wake writes the row whatever due_at
+-- is). It returns the instance's status and the message's id, NULL when
+-- the instance has ended; no row when it is gone.
+WITH target AS (
+	SELECT tenant_id, instance_id, status FROM instances
 	WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting
+), m AS (
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
+	SELECT tenant_id, instance_id, @execution_id, @kind, @payload, @visible_at, @now FROM target
+	WHERE status NOT IN ('Completed', 'Failed', 'Cancelled')
 	RETURNING id, instance_id
 ), woken AS (
 	UPDATE instance_locks l
@@ -72,7 +77,7 @@ WITH m AS (
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM m)
 	RETURNING 1
 )
-SELECT id::TEXT FROM m;
+SELECT target.status, (SELECT id::TEXT FROM m) FROM target;
 
 -- name: GetInstance
 -- The columns scanInstance reads, then the retention override.

@@ -88,7 +88,8 @@ type ClientServiceClient interface {
 	StartOrchestration(context.Context, *connect.Request[v1.StartOrchestrationRequest]) (*connect.Response[v1.StartOrchestrationResponse], error)
 	// RaiseEvent delivers an external event to an instance, for its
 	// wait_event steps. Events that arrive before a step waits for them are
-	// kept, in order.
+	// kept, in order. FAILED_PRECONDITION (ErrorInfo reason
+	// INSTANCE_TERMINAL) when the instance has ended: nothing would read it.
 	RaiseEvent(context.Context, *connect.Request[v1.RaiseEventRequest]) (*connect.Response[v1.RaiseEventResponse], error)
 	// CancelInstance asks a running instance to stop: its outstanding
 	// activities and children are cancelled and it ends as Cancelled.
@@ -335,7 +336,8 @@ type ClientServiceHandler interface {
 	StartOrchestration(context.Context, *connect.Request[v1.StartOrchestrationRequest]) (*connect.Response[v1.StartOrchestrationResponse], error)
 	// RaiseEvent delivers an external event to an instance, for its
 	// wait_event steps. Events that arrive before a step waits for them are
-	// kept, in order.
+	// kept, in order. FAILED_PRECONDITION (ErrorInfo reason
+	// INSTANCE_TERMINAL) when the instance has ended: nothing would read it.
 	RaiseEvent(context.Context, *connect.Request[v1.RaiseEventRequest]) (*connect.Response[v1.RaiseEventResponse], error)
 	// CancelInstance asks a running instance to stop: its outstanding
 	// activities and children are cancelled and it ends as Cancelled.
