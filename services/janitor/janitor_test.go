@@ -431,7 +431,7 @@ func TestEraseTenant(t *testing.T) {
 		require.NoError(t, e.store.StartAudit(ctx, &store.AuditRecord{TenantID: tenant, RecordID: "r1", Actor: "me", Role: "client", Action: store.AuditDeleteInstance}))
 		_, err = e.store.StartJanitorRun(ctx, &store.StartJanitorRunParams{TenantID: tenant})
 		require.NoError(t, err)
-		_, err = e.store.Enqueue(ctx, &store.EnqueueParams{TenantID: tenant, InstanceID: e.anyInstance(tenant), Message: store.Message{Kind: "k"}})
+		_, err = e.store.Enqueue(ctx, &store.EnqueueParams{TenantID: tenant, InstanceID: e.runningInstance(tenant), Message: store.Message{Kind: "k"}})
 		require.NoError(t, err)
 	}
 	require.NoError(t, e.store.CreateOperation(ctx, &store.Operation{TenantID: "gone", OperationID: "op", Kind: store.OperationGracefulDelete,
@@ -460,9 +460,11 @@ func TestEraseTenant(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
-func (e *env) anyInstance(tenant string) string {
+// runningInstance is the id of one of the tenant's running instances (an
+// ended one takes no message).
+func (e *env) runningInstance(tenant string) string {
 	var id string
-	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `SELECT instance_id FROM instances WHERE tenant_id = $1 LIMIT 1`, tenant).Scan(&id))
+	require.NoError(e.t, e.pool.QueryRow(e.t.Context(), `SELECT instance_id FROM instances WHERE tenant_id = $1 AND status = 'Running' LIMIT 1`, tenant).Scan(&id))
 	return id
 }
 

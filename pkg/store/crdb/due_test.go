@@ -64,9 +64,9 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
-	var late string
+	var status, late string
 	require.NoError(t, tx.QueryRow(ctx, sqlEnqueue, pgx.StrictNamedArgs{"tenant_id": "t", "instance_id": "x",
-		"execution_id": 1, "kind": "late", "payload": []byte(nil), "visible_at": now, "now": now}).Scan(&late))
+		"execution_id": 1, "kind": "late", "payload": []byte(nil), "visible_at": now, "now": now}).Scan(&status, &late))
 
 	// The ack reads the queue (without the message) and waits for the row.
 	acked := make(chan error, 1)
