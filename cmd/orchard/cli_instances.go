@@ -484,8 +484,17 @@ func (c *cli) deleteGracefully(ctx context.Context, id string, timeout time.Dura
 
 type pruneCountsJSON struct {
 	InstancesProcessed int64 `json:"instancesProcessed"`
+	InstancesPruned    int64 `json:"instancesPruned"`
 	Executions         int64 `json:"executions"`
 	Events             int64 `json:"events"`
+}
+
+func pruneView(c sdk.PruneCounts) pruneCountsJSON {
+	return pruneCountsJSON{InstancesProcessed: c.InstancesProcessed, InstancesPruned: c.InstancesPruned, Executions: c.Executions, Events: c.Events}
+}
+
+func describePrune(c sdk.PruneCounts) string {
+	return fmt.Sprintf("%d instances examined, %d pruned: %d executions, %d events", c.InstancesProcessed, c.InstancesPruned, c.Executions, c.Events)
 }
 
 func instancePruneCommand() *cobra.Command {
@@ -511,7 +520,7 @@ current execution and running ones are never pruned.`,
 				return err
 			}
 			if c.json {
-				return c.printJSON(pruneCountsJSON{InstancesProcessed: counts.InstancesProcessed, Executions: counts.Executions, Events: counts.Events})
+				return c.printJSON(pruneView(counts))
 			}
 			_, err = fmt.Fprintf(c.out, "pruned %s: %d executions, %d events\n", args[0], counts.Executions, counts.Events)
 			return err
@@ -553,8 +562,8 @@ func (ff *filterFlags) empty(cmd *cobra.Command) bool {
 }
 
 func instancesCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "instances", Short: "List, count and delete instances by filter"}
-	cmd.AddCommand(instancesListCommand(), instancesCountCommand(), instancesDeleteCommand())
+	cmd := &cobra.Command{Use: "instances", Short: "List, count, delete and prune instances by filter"}
+	cmd.AddCommand(instancesListCommand(), instancesCountCommand(), instancesDeleteCommand(), instancesPruneCommand())
 	return cmd
 }
 
@@ -771,4 +780,56 @@ func (c *cli) deleteDryRun(ctx context.Context, f sdk.Filter, l listing) error {
 	}
 	fmt.Fprintf(c.errOut, "dry run: %d root instances would be deleted with their trees (trees with a running instance are skipped)\n", n)
 	return nil
+}
+
+func instancesPruneCommand() *cobra.Command {
+	var (
+		ff              filterFlags
+		keepLast, batch int
+		executionsEnded *time.Time
+		all             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Delete old executions of the continue-as-new instances that match filters",
+		Long: `prune deletes past executions of every instance matching the filters: those
+beyond the newest --keep-last N, and that ended before --executions-ended-before T
+(both when both are given; at least one is needed). The current execution and
+running ones are never pruned. It needs at least one filter, or --all for every
+instance. It prints how many instances it examined (those with more than one
+execution) and how many lost executions, with progress on stderr.`,
+		Example: `  orchard instances prune --name nightly-report --keep-last 7
+  orchard instances prune --all --executions-ended-before 30d`,
+		Args: cobra.NoArgs,
+		RunE: run(func(c *cli, cmd *cobra.Command, _ []string) error {
+			if keepLast == 0 && executionsEnded == nil {
+				return usageErrorf("give --keep-last or --executions-ended-before (or both)")
+			}
+			if ff.empty(cmd) && !all {
+				return usageErrorf("give at least one filter, or --all to prune every instance")
+			}
+			opts := []sdk.BulkOption{sdk.WithBatchSize(batch), sdk.WithPruneProgress(func(total sdk.PruneCounts) {
+				fmt.Fprintf(c.errOut, "%s so far\n", describePrune(total))
+			})}
+			if ff.empty(cmd) {
+				opts = append(opts, sdk.AllInstances())
+			}
+			total, err := c.client().PruneMany(cmd.Context(), ff.f, sdk.PruneOptions{KeepLast: keepLast, CompletedBefore: executionsEnded}, opts...)
+			if err != nil {
+				fmt.Fprintf(c.errOut, "stopped after %s; run the command again to go on\n", describePrune(total))
+				return err
+			}
+			if c.json {
+				return c.printJSON(pruneView(total))
+			}
+			_, err = fmt.Fprintf(c.out, "%s\n", describePrune(total))
+			return err
+		}),
+	}
+	ff.register(cmd.Flags())
+	cmd.Flags().IntVar(&keepLast, "keep-last", 0, "keep the newest N executions of each instance")
+	timeFlag(cmd.Flags(), &executionsEnded, "executions-ended-before", "prune only executions that ended before this")
+	cmd.Flags().BoolVar(&all, "all", false, "with no filter: every instance")
+	cmd.Flags().IntVar(&batch, "batch", 0, "instances examined per call (1 to 1000; default: the server's)")
+	return cmd
 }

@@ -290,6 +290,16 @@ func TestCLIPruneAndEvents(t *testing.T) {
 	r = s.run(t, s.client, "instance", "history", "chain", "--execution", "1")
 	require.Equal(t, 3, r.code, "a pruned execution is gone")
 
+	// By filter: "chain" has one execution left (not examined), "chain-4"
+	// has four (two pruned), "chain-2" two (both kept).
+	s.ok(t, s.client, "start", "counter", "--id", "chain-4", "--input", `{"n": 0}`, "--wait")
+	s.ok(t, s.client, "start", "counter", "--id", "chain-2", "--input", `{"n": 2}`, "--wait")
+	require.Equal(t, 2, s.run(t, s.client, "instances", "prune", "--id-prefix", "chain").code, "prune needs a criterion")
+	require.Equal(t, 2, s.run(t, s.client, "instances", "prune", "--keep-last", "2").code, "prune needs a filter or --all")
+	require.Equal(t, "2 instances examined, 1 pruned: 2 executions, 4 events\n",
+		s.ok(t, s.client, "instances", "prune", "--id-prefix", "chain", "--keep-last", "2"))
+	require.Contains(t, s.ok(t, s.client, "instances", "prune", "--all", "--keep-last", "1", "-o", "json"), `"instancesPruned": 2`)
+
 	s.ok(t, s.client, "start", "wait", "--id", "w")
 	require.Equal(t, "raised go on w\n", s.ok(t, s.client, "event", "raise", "w", "go", "--payload", `{"ok": true}`))
 	eventuallyCLI(t, "w to complete", func() bool {

@@ -74,6 +74,7 @@ type Result struct {
 func (r *Result) add(o Result) {
 	r.Deleted.Add(o.Deleted)
 	r.Pruned.InstancesProcessed += o.Pruned.InstancesProcessed
+	r.Pruned.InstancesPruned += o.Pruned.InstancesPruned
 	r.Pruned.ExecutionsDeleted += o.Pruned.ExecutionsDeleted
 	r.Pruned.EventsDeleted += o.Pruned.EventsDeleted
 }
@@ -409,7 +410,7 @@ func PreviewPolicy(ctx context.Context, s Store, tenantID string, policy store.R
 			if err != nil {
 				return err
 			}
-			out.PrunedInstances += r.InstancesProcessed
+			out.PrunedInstances += r.InstancesPruned
 			out.PrunedExecutions += r.ExecutionsDeleted
 			out.PrunedEvents += r.EventsDeleted
 			return nil

@@ -590,7 +590,7 @@ func (d *deleter) PruneExecutionsBulk(_ context.Context, req *connect.Request[or
 	d.prunes = append(d.prunes, req.Msg)
 	n := len(d.prunes)
 	d.mu.Unlock()
-	resp := &orchardv1.PruneExecutionsBulkResponse{Counts: &orchardv1.PruneCounts{InstancesProcessed: 5, ExecutionsDeleted: 7, EventsDeleted: 70}}
+	resp := &orchardv1.PruneExecutionsBulkResponse{Counts: &orchardv1.PruneCounts{InstancesProcessed: 5, InstancesPruned: 4, ExecutionsDeleted: 7, EventsDeleted: 70}}
 	if n < d.batches {
 		next := proto.CloneOf(req.Msg)
 		next.Filter.InstanceIdPrefix = "after-" + strconv.Itoa(n)
@@ -674,7 +674,7 @@ func TestPruneManyFollowsNextUntilComplete(t *testing.T) {
 	total, err := c.PruneMany(t.Context(), sdk.Filter{Name: "poller"}, sdk.PruneOptions{KeepLast: 2},
 		sdk.WithPruneProgress(func(sdk.PruneCounts) { calls++ }))
 	require.NoError(t, err)
-	require.Equal(t, sdk.PruneCounts{InstancesProcessed: 15, Executions: 21, Events: 210}, total)
+	require.Equal(t, sdk.PruneCounts{InstancesProcessed: 15, InstancesPruned: 12, Executions: 21, Events: 210}, total)
 	require.Equal(t, 3, calls)
 	require.Equal(t, int32(2), d.prunes[0].Options.KeepLast)
 	require.Equal(t, "after-2", d.prunes[2].Filter.InstanceIdPrefix)

@@ -292,12 +292,19 @@ func (o PruneOptions) toProto() (*orchardv1.PruneOptions, error) {
 
 // PruneCounts counts what a prune removed.
 type PruneCounts struct {
-	// InstancesProcessed counts the instances examined.
-	InstancesProcessed, Executions, Events int64
+	// InstancesProcessed counts the instances examined: for a bulk prune,
+	// the matching instances with more than one execution stored (one with
+	// a single execution has nothing to prune); for one instance, 1.
+	InstancesProcessed int64
+	// InstancesPruned counts the instances examined that lost at least one
+	// execution.
+	InstancesPruned    int64
+	Executions, Events int64
 }
 
 func (c *PruneCounts) add(p *orchardv1.PruneCounts) {
 	c.InstancesProcessed += p.GetInstancesProcessed()
+	c.InstancesPruned += p.GetInstancesPruned()
 	c.Executions += p.GetExecutionsDeleted()
 	c.Events += p.GetEventsDeleted()
 }

@@ -242,9 +242,15 @@ type PruneExecutionsParams struct {
 
 // PruneResult counts what a prune removed.
 type PruneResult struct {
+	// InstancesProcessed counts the instances examined: for a bulk prune,
+	// the matching instances with more than one execution stored; for a
+	// prune of one instance, 1.
 	InstancesProcessed int64
-	ExecutionsDeleted  int64
-	EventsDeleted      int64
+	// InstancesPruned counts the instances examined that lost at least one
+	// execution.
+	InstancesPruned   int64
+	ExecutionsDeleted int64
+	EventsDeleted     int64
 }
 
 // PruneExecutionsBulkParams selects the instances to prune.

@@ -164,6 +164,7 @@ func deleteCounts(r store.DeleteResult) *orchardv1.DeleteCounts {
 func pruneCounts(r store.PruneResult) *orchardv1.PruneCounts {
 	return &orchardv1.PruneCounts{
 		InstancesProcessed: r.InstancesProcessed,
+		InstancesPruned:    r.InstancesPruned,
 		ExecutionsDeleted:  r.ExecutionsDeleted,
 		EventsDeleted:      r.EventsDeleted,
 	}

@@ -168,12 +168,12 @@ func (s *Store) CountPrunable(ctx context.Context, p *store.CountPrunableParams)
 	before := millisOrNull(p.Options.CompletedBefore)
 	err := s.retry(ctx, func(ctx context.Context) error {
 		return s.pool.QueryRow(ctx, `
-SELECT count(DISTINCT e.instance_id), count(*), COALESCE(sum(e.event_count), 0)::INT8
+SELECT count(DISTINCT i.instance_id), count(DISTINCT e.instance_id), count(e.execution_id), COALESCE(sum(e.event_count), 0)::INT8
 FROM instances i
-JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting
-	AND `+prunableExecution("i.current_execution_id", "$3", "$4"), p.TenantID, p.InstanceIDs, p.Options.KeepLast, before).
-			Scan(&r.InstancesProcessed, &r.ExecutionsDeleted, &r.EventsDeleted)
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND `+prunableExecution("i.current_execution_id", "$3", "$4")+`
+WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting`, p.TenantID, p.InstanceIDs, p.Options.KeepLast, before).
+			Scan(&r.InstancesProcessed, &r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 	})
 	return r, err
 }

@@ -85,6 +85,9 @@ func (s *Store) PruneExecutions(ctx context.Context, p *store.PruneExecutionsPar
 		total.ExecutionsDeleted += step.ExecutionsDeleted
 		total.EventsDeleted += step.EventsDeleted
 		if done {
+			if total.ExecutionsDeleted > 0 {
+				total.InstancesPruned = 1
+			}
 			return &total, nil
 		}
 	}
@@ -400,7 +403,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 				err := s.inBatchTx(gctx, pgx.Serializable, func(batch *pgx.Batch) {
 					batch.Queue(finishPrune, tenantID, b.inst, b.execs)
 				}, func(br pgx.BatchResults) error {
-					return br.QueryRow().Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
+					return br.QueryRow().Scan(&r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 				})
 				if err != nil {
 					return err
@@ -410,6 +413,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 			mu.Lock()
 			defer mu.Unlock()
 			res.InstancesProcessed += b.n
+			res.InstancesPruned += r.InstancesPruned
 			res.ExecutionsDeleted += r.ExecutionsDeleted
 			res.EventsDeleted += r.EventsDeleted
 			return nil
@@ -427,6 +431,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 			return err
 		}
 		res.InstancesProcessed++
+		res.InstancesPruned += r.InstancesPruned
 		res.ExecutionsDeleted += r.ExecutionsDeleted
 		res.EventsDeleted += r.EventsDeleted
 	}
@@ -464,4 +469,4 @@ WITH d AS (
 	WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND i.instance_id = c.instance_id
 	RETURNING i.instance_id, i.execution_count
 ), ` + unmarkPruned + `
-SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`
+SELECT (SELECT count(DISTINCT instance_id) FROM e), (SELECT count(*) FROM e), (SELECT count(*) FROM h)`

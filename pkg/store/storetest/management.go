@@ -445,7 +445,7 @@ func testPruneOptions(t *testing.T, h *harness) {
 
 	// 30-day style: older than the completion of execution 3.
 	res := prune(store.PruneOptions{CompletedBefore: new(execs[2].CompletedAt)})
-	require.Equal(t, int64(2), res.ExecutionsDeleted)
+	require.Equal(t, store.PruneResult{InstancesProcessed: 1, InstancesPruned: 1, ExecutionsDeleted: 2, EventsDeleted: res.EventsDeleted}, *res)
 	require.Equal(t, []int64{3, 4, 5, 6, 7, 8, 9, 10}, execIDs())
 
 	// keep_last AND completed_before: outside the last 4 and older than 7.
@@ -463,7 +463,7 @@ func testPruneOptions(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), res.ExecutionsDeleted)
 	require.Equal(t, []int64{10}, execIDs())
 	res = prune(store.PruneOptions{})
-	require.Zero(t, res.ExecutionsDeleted)
+	require.Equal(t, store.PruneResult{InstancesProcessed: 1}, *res)
 	in := h.instance(tenant, "loop")
 	require.Equal(t, int64(1), in.ExecutionCount)
 	require.Equal(t, int64(len(h.history(tenant, "loop", 10))), in.EventCount)
@@ -488,19 +488,34 @@ func testPruneBulk(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	require.True(t, res.Complete)
 	require.Equal(t, int64(2), res.InstancesProcessed)
+	require.Equal(t, int64(2), res.InstancesPruned)
 	require.Equal(t, int64(6), res.ExecutionsDeleted)
 	require.Equal(t, int64(1), h.instance(tenant, "loop-a").ExecutionCount)
 	require.Equal(t, int64(4), h.instance(tenant, "other").ExecutionCount)
+
 
 	res, err = h.s.PruneExecutionsBulk(h.ctx(), &store.PruneExecutionsBulkParams{
 		TenantID: tenant, Options: store.PruneOptions{KeepLast: 2}, Limit: 1,
 	})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), res.InstancesProcessed)
+	require.Equal(t, int64(1), res.InstancesPruned)
 	require.Equal(t, int64(2), res.ExecutionsDeleted)
 	require.True(t, res.Complete)
 	// Pruning changes no instance's status.
 	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: 3})
+
+	// Examined and pruned differ: "other" has two executions left, which
+	// keep_last 2 keeps, and "chain" has four, of which it keeps two.
+	h.start(tenant, "chain")
+	h.drain(tenant)
+	h.continueAsNew(tenant, "chain", 3)
+	res, err = h.s.PruneExecutionsBulk(h.ctx(), &store.PruneExecutionsBulkParams{
+		TenantID: tenant, Filter: store.InstanceFilter{InstanceIDs: []string{"other", "chain", "loop-a"}}, Options: store.PruneOptions{KeepLast: 2},
+	})
+	require.NoError(t, err)
+	require.True(t, res.Complete)
+	require.Equal(t, store.PruneResult{InstancesProcessed: 2, InstancesPruned: 1, ExecutionsDeleted: 2, EventsDeleted: res.EventsDeleted}, res.PruneResult)
 }
 
 func testListFilters(t *testing.T, h *harness) {

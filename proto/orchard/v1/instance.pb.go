@@ -931,14 +931,19 @@ func (x *PruneOptions) GetCompletedBefore() *timestamppb.Timestamp {
 // PruneCounts counts what a prune removed.
 type PruneCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Instances examined.
+	// Instances examined: for a bulk prune, the matching instances with
+	// more than one execution stored (an instance with a single execution
+	// has nothing a prune could take, and is passed over unread); for a
+	// prune of one instance, 1.
 	InstancesProcessed int64 `protobuf:"varint,1,opt,name=instances_processed,json=instancesProcessed,proto3" json:"instances_processed,omitempty"`
 	// Executions deleted.
 	ExecutionsDeleted int64 `protobuf:"varint,2,opt,name=executions_deleted,json=executionsDeleted,proto3" json:"executions_deleted,omitempty"`
 	// History events deleted.
 	EventsDeleted int64 `protobuf:"varint,3,opt,name=events_deleted,json=eventsDeleted,proto3" json:"events_deleted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Instances examined that lost at least one execution.
+	InstancesPruned int64 `protobuf:"varint,4,opt,name=instances_pruned,json=instancesPruned,proto3" json:"instances_pruned,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PruneCounts) Reset() {
@@ -988,6 +993,13 @@ func (x *PruneCounts) GetExecutionsDeleted() int64 {
 func (x *PruneCounts) GetEventsDeleted() int64 {
 	if x != nil {
 		return x.EventsDeleted
+	}
+	return 0
+}
+
+func (x *PruneCounts) GetInstancesPruned() int64 {
+	if x != nil {
+		return x.InstancesPruned
 	}
 	return 0
 }
@@ -1080,11 +1092,12 @@ const file_orchard_v1_instance_proto_rawDesc = "" +
 	"\fPruneOptions\x12(\n" +
 	"\tkeep_last\x18\x01 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x00R\bkeepLast\x12E\n" +
 	"\x10completed_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fcompletedBefore:s\xbaHp\x1an\n" +
-	"\x17prune_options.criterion\x12!set keep_last or completed_before\x1a0this.keep_last > 0 || has(this.completed_before)\"\x94\x01\n" +
+	"\x17prune_options.criterion\x12!set keep_last or completed_before\x1a0this.keep_last > 0 || has(this.completed_before)\"\xbf\x01\n" +
 	"\vPruneCounts\x12/\n" +
 	"\x13instances_processed\x18\x01 \x01(\x03R\x12instancesProcessed\x12-\n" +
 	"\x12executions_deleted\x18\x02 \x01(\x03R\x11executionsDeleted\x12%\n" +
-	"\x0eevents_deleted\x18\x03 \x01(\x03R\reventsDeleted*\xce\x01\n" +
+	"\x0eevents_deleted\x18\x03 \x01(\x03R\reventsDeleted\x12)\n" +
+	"\x10instances_pruned\x18\x04 \x01(\x03R\x0finstancesPruned*\xce\x01\n" +
 	"\x0eInstanceStatus\x12\x1f\n" +
 	"\x1bINSTANCE_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17INSTANCE_STATUS_RUNNING\x10\x01\x12\x1d\n" +
