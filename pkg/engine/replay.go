@@ -40,8 +40,11 @@ type turn struct {
 
 	activities map[int64]*pending
 	timers     map[int64]*pending
-	children   map[int64]*pending
-	events     map[string]*eventQueue
+	// forgotten are the timers dropped before they fired, past the
+	// history: their messages are queued, and the decision withdraws them.
+	forgotten []int64
+	children  map[int64]*pending
+	events    map[string]*eventQueue
 
 	ready []task
 
@@ -773,7 +776,7 @@ func (t *turn) sweep(reason string, gone func(*pending) bool) {
 	}
 	for id, p := range t.timers {
 		if gone(p) {
-			delete(t.timers, id)
+			t.forgetTimer(id)
 		}
 	}
 	for _, q := range t.events {
@@ -1032,6 +1035,20 @@ func (t *turn) startStep(done *stepDone) {
 	}
 }
 
+// forgetTimer drops a pending timer that no longer matters: its wait ended
+// another way (the activity answered, the event came) or its frame was
+// cancelled (a race lost). Dropped past the history, in this turn, its
+// message is still queued; the decision withdraws it.
+func (t *turn) forgetTimer(id int64) {
+	if _, ok := t.timers[id]; !ok {
+		return
+	}
+	delete(t.timers, id)
+	if t.seq > int64(len(t.in.History)) {
+		t.forgotten = append(t.forgotten, id)
+	}
+}
+
 // timer records a durable timer and calls fire when it fires (unless f was cancelled).
 func (t *turn) timer(d time.Duration, purpose string, f *frame, fire func()) (int64, bool) {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
@@ -1100,7 +1117,7 @@ type activityWait struct {
 }
 
 func (w *activityWait) resume(r result) {
-	delete(w.t.timers, w.timeout)
+	w.t.forgetTimer(w.timeout)
 	if r.err != nil {
 		w.t.retryOrFail(w.s, w.frame, w.attempt, *r.err, w.done)
 		return
@@ -1134,7 +1151,7 @@ func (t *turn) waitEvent(s *Step, f *frame, done continuation) {
 	}
 	p := &pending{frame: f}
 	p.resume = resumeFunc(func(r result) {
-		delete(t.timers, p.timeout)
+		t.forgetTimer(p.timeout)
 		done.resume(r)
 	})
 	q.waiters = append(q.waiters, p)

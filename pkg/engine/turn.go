@@ -49,6 +49,11 @@ type Decision struct {
 	Activities []ActivityTask
 	// Timers are the timer messages to deliver later.
 	Timers []Timer
+	// CancelTimers are timer messages queued by earlier turns that will
+	// never matter (the race they were in is decided, the wait they bounded
+	// has ended): remove them from the queue. A timer created and dropped
+	// in the same turn appears in neither list.
+	CancelTimers []TimerFiredMessage
 	// Children are the sub-orchestration instances to create and start.
 	Children []ChildStart
 	// CancelActivities are the ids of outstanding activities whose worker rows must go.
@@ -170,12 +175,16 @@ func Fail(in TurnInput, name, version string, f Failure) (Decision, error) {
 // abort builds the decision that fails the execution whatever its history says:
 // outstanding activities and children are cancelled, then ExecutionFailed is appended.
 func abort(in TurnInput, f Failure) Decision {
-	activities, children := map[int64]bool{}, map[int64]string{}
+	activities, children, timers := map[int64]bool{}, map[int64]string{}, map[int64]bool{}
 	var parent *ParentRef
 	for _, e := range in.History {
 		switch x := e.(type) {
 		case ExecutionStarted:
 			parent = x.Parent
+		case TimerCreated:
+			timers[x.ID] = true
+		case TimerFired:
+			delete(timers, x.TimerID)
 		case ActivityScheduled:
 			activities[x.ID] = true
 		case ActivityCompleted:
@@ -195,6 +204,11 @@ func abort(in TurnInput, f Failure) Decision {
 		}
 	}
 	var d Decision
+	// Timers that have not fired (some perhaps dropped earlier, whose
+	// withdrawal finds nothing left).
+	for _, id := range sortedIDs(timers) {
+		d.CancelTimers = append(d.CancelTimers, TimerFiredMessage{ExecutionID: in.ExecutionID, TimerID: id})
+	}
 	next := int64(len(in.History)) + 1
 	for _, id := range sortedIDs(activities) {
 		d.Events = append(d.Events, ActivityCancelRequested{ID: next, ScheduledID: id, Reason: "execution failed"})
@@ -245,6 +259,24 @@ func (t *turn) decision() Decision {
 			}
 		}
 	}
+	var forgotten map[int64]bool
+	if len(t.forgotten) > 0 {
+		forgotten = make(map[int64]bool, len(t.forgotten))
+		for _, id := range t.forgotten {
+			forgotten[id] = true
+		}
+		createdNow := map[int64]bool{}
+		for _, e := range t.delta {
+			if x, ok := e.(TimerCreated); ok {
+				createdNow[x.ID] = true
+			}
+		}
+		for _, id := range sortedIDs(forgotten) {
+			if !createdNow[id] {
+				d.CancelTimers = append(d.CancelTimers, TimerFiredMessage{ExecutionID: t.in.ExecutionID, TimerID: id})
+			}
+		}
+	}
 	nowMs := t.in.Now.UnixMilli()
 	for _, e := range t.delta {
 		switch x := e.(type) {
@@ -257,6 +289,9 @@ func (t *turn) decision() Decision {
 				d.CancelActivities = append(d.CancelActivities, x.ScheduledID)
 			}
 		case TimerCreated:
+			if forgotten[x.ID] {
+				continue
+			}
 			d.Timers = append(d.Timers, Timer{
 				TimerID: x.ID,
 				Delay:   time.Duration(x.FireAt-nowMs) * time.Millisecond,

@@ -136,8 +136,10 @@ func TestTurnDecisions(t *testing.T) {
 					ActivityFailed{ID: 4, ScheduledID: 2, Failure: Failure{Message: "declined"}},
 					TimerCreated{ID: 5, FireAt: now.Add(5 * time.Second).UnixMilli(), Purpose: "retry"},
 				},
-				Timers:  []Timer{{TimerID: 5, Delay: 5 * time.Second, Message: TimerFiredMessage{ExecutionID: 1, TimerID: 5}}},
-				Outcome: Outcome{Status: StatusRunning},
+				Timers: []Timer{{TimerID: 5, Delay: 5 * time.Second, Message: TimerFiredMessage{ExecutionID: 1, TimerID: 5}}},
+				// The failed attempt's timeout will never matter.
+				CancelTimers: []TimerFiredMessage{{ExecutionID: 1, TimerID: 3}},
+				Outcome:      Outcome{Status: StatusRunning},
 			},
 		},
 		"the retry timer schedules the next attempt": {
@@ -198,7 +200,9 @@ func TestTurnDecisions(t *testing.T) {
 					ActivityFailed{ID: 9, ScheduledID: 7, Failure: Failure{Kind: "card", Message: "declined again"}},
 					ExecutionFailed{ID: 10, Failure: Failure{Kind: "card", Message: "activity pay failed (attempt 2 of 2): declined again"}},
 				},
-				Outcome: Outcome{Status: StatusFailed, Failure: &Failure{Kind: "card", Message: "activity pay failed (attempt 2 of 2): declined again"}},
+				// The second attempt's timeout; the first's went a turn ago.
+				CancelTimers: []TimerFiredMessage{{ExecutionID: 1, TimerID: 8}},
+				Outcome:      Outcome{Status: StatusFailed, Failure: &Failure{Kind: "card", Message: "activity pay failed (attempt 2 of 2): declined again"}},
 			},
 		},
 		"a wait takes the oldest kept event": {
@@ -283,7 +287,7 @@ steps:
 					ChildCancelRequested{ID: 7, ScheduledID: 3, InstanceID: "k", Reason: "execution cancelled"},
 					ExecutionCancelled{ID: 8, Reason: "user"},
 				},
-				Timers: []Timer{{TimerID: 4, Delay: time.Hour, Message: TimerFiredMessage{ExecutionID: 1, TimerID: 4}}},
+				// The timer was created and dropped in this turn: never queued.
 				Children: []ChildStart{{InstanceID: "k", Name: "kid", Input: raw(`null`),
 					Message: StartMessage{Input: raw(`null`), Parent: &ParentRef{InstanceID: "i", ExecutionID: 1, ScheduledID: 3}}}},
 				CancelChildren: []Envelope{{InstanceID: "k", Message: CancelMessage{Reason: "execution cancelled"}}},
@@ -328,6 +332,32 @@ steps:
 					ExecutionCompleted{ID: 4, Output: raw(`true`)},
 				},
 				Outcome: Outcome{Status: StatusCompleted, Output: raw(`true`)},
+			},
+		},
+		"a race won by its activity withdraws the losing timer, and the run goes on": {
+			doc: `
+name: two
+version: 1
+steps:
+  - race:
+      - activity: { name: quick, task_queue: q }
+      - timer: 48h
+  - activity: { name: next, task_queue: q }
+`,
+			history: []Event{
+				started(`{}`),
+				ActivityScheduled{ID: 2, Name: "quick", TaskQueue: "q", Input: raw(`null`), Attempt: 1},
+				TimerCreated{ID: 3, FireAt: now.Add(48 * time.Hour).UnixMilli(), Purpose: "timer"},
+			},
+			msgs: []Message{ActivityCompletedMessage{ExecutionID: 1, ActivityID: 2, Attempt: 1, Result: raw(`1`)}},
+			want: Decision{
+				Events: []Event{
+					ActivityCompleted{ID: 4, ScheduledID: 2, Result: raw(`1`)},
+					ActivityScheduled{ID: 5, Name: "next", TaskQueue: "q", Input: raw(`null`), Attempt: 1},
+				},
+				Activities:   []ActivityTask{{ActivityID: 5, Name: "next", TaskQueue: "q", Input: raw(`null`), Attempt: 1}},
+				CancelTimers: []TimerFiredMessage{{ExecutionID: 1, TimerID: 3}},
+				Outcome:      Outcome{Status: StatusRunning},
 			},
 		},
 		"a failing child execution tells its parent": {

@@ -333,6 +333,10 @@ type AckOrchestrationItemParams struct {
 	// CancelActivities are the activity ids (of ExecutionID) whose tasks are
 	// deleted: a worker holding one sees its renew and ack fail.
 	CancelActivities []int64
+	// WithdrawMessages are messages that earlier turns queued for this
+	// instance (timers) and that will never matter now: queued messages of
+	// the instance equal to one of them (kind and payload) are deleted.
+	WithdrawMessages []Message
 }
 
 // ContinueAsNew describes the next execution of a continue-as-new chain.

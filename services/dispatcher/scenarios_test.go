@@ -169,6 +169,36 @@ steps:
 	require.Zero(t, s.rows("instances"))
 }
 
+// A race between an activity and a 48 h timer, won by the activity: the
+// timer's message leaves the queue when the race is decided, while the
+// instance still runs (a wait on an event follows), and the queue is empty
+// once it ends; the timeout timer of an answered activity goes too.
+func TestDecidedRaceWithdrawsTheLosingTimer(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: racer
+version: 1
+steps:
+  - race:
+      - activity: { name: echo, task_queue: q, timeout: 72h }
+      - timer: 48h
+  - wait_event: { name: go }
+`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	s.worker(echo, "q")
+	s.start("r", "racer", 1, nil)
+	s.waitFor("the race to be decided", func() bool { return last(s.history("r", 1)) == "activity_completed" })
+	require.Equal(t, []string{"execution_started", "activity_scheduled", "timer_created", "timer_created", "activity_completed"}, s.history("r", 1))
+	require.Zero(t, s.rows("orchestrator_queue"), "the timers of the decided race are still queued")
+	s.raise("r", "go", nil)
+	require.Equal(t, store.StatusCompleted, s.waitDone("r").Status)
+	require.Zero(t, s.rows("orchestrator_queue"))
+	require.Zero(t, s.rows("worker_queue"))
+	usage, err := s.store.GetUsage(t.Context(), &store.GetUsageParams{TenantID: tenant})
+	require.NoError(t, err)
+	require.Zero(t, usage.QueuedMessages)
+}
+
 // A continue-as-new chain of 100 generations: with the instance's retention
 // set to auto-prune keeping 5, only 5 executions remain; without, all 100.
 func TestContinueAsNewAutoPrune(t *testing.T) {

@@ -342,6 +342,13 @@ func (d *Dispatcher) applyDecision(ctx context.Context, ack *store.AckOrchestrat
 		})
 	}
 	ack.CancelActivities = dec.CancelActivities
+	for _, m := range dec.CancelTimers {
+		kind, payload, err := engine.EncodeMessage(m)
+		if err != nil {
+			return err
+		}
+		ack.WithdrawMessages = append(ack.WithdrawMessages, store.Message{Kind: kind, Payload: payload})
+	}
 	send := func(instanceID string, execution int64, m engine.Message, delay time.Duration) error {
 		kind, payload, err := engine.EncodeMessage(m)
 		if err != nil {

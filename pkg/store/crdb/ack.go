@@ -142,6 +142,11 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 			return invalid("outgoing message without instance id or kind, or with a negative delay")
 		}
 	}
+	for _, m := range p.WithdrawMessages {
+		if m.Kind == "" {
+			return invalid("a withdrawn message has no kind")
+		}
+	}
 	for _, c := range p.Children {
 		if c.InstanceID == "" || c.Name == "" || c.Start.Kind == "" || c.IfTaken.Kind == "" {
 			return invalid("child start needs an instance id, a name, a start message and an if-taken message")
@@ -231,7 +236,7 @@ type ackStatement struct {
 func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStatement {
 	var cancels, enqueues, children bool
 	for _, t := range turns {
-		cancels = cancels || len(t.CancelActivities) > 0
+		cancels = cancels || len(t.CancelActivities) > 0 || len(t.WithdrawMessages) > 0
 		enqueues = enqueues || len(t.Activities) > 0 || len(t.Messages) > 0 || t.ContinueAsNew != nil
 		children = children || len(t.Children) > 0
 	}
@@ -241,11 +246,17 @@ func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStateme
 	var out []ackStatement
 
 	if cancels {
-		var cInst []string
+		// Cancelled activities' tasks, and withdrawn messages (the timers
+		// of a decided race, of an answered wait) of the turns' instances.
+		var cInst, wInst, wKind []string
 		var cExec, cActivity []int64
+		var wPayload [][]byte
 		for _, t := range turns {
 			for _, a := range t.CancelActivities {
 				cInst, cExec, cActivity = append(cInst, t.Lease.InstanceID), append(cExec, t.ExecutionID), append(cActivity, a)
+			}
+			for _, m := range t.WithdrawMessages {
+				wInst, wKind, wPayload = append(wInst, t.Lease.InstanceID), append(wKind, m.Kind), append(wPayload, m.Payload)
 			}
 		}
 		out = append(out, ackStatement{sql: `WITH %s, cancelled AS (
@@ -254,8 +265,14 @@ func ackMiddleStatements(turns []*store.AckOrchestrationItemParams) []ackStateme
 		SELECT * FROM unnest($6::TEXT[], $7::INT8[], $8::INT8[]))
 		AND w.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
+), withdrawn AS (
+	DELETE FROM orchestrator_queue q
+	WHERE q.tenant_id = $1 AND q.instance_id = ANY($9::TEXT[]) AND (q.instance_id, q.kind, q.payload) IN (
+		SELECT * FROM unnest($9::TEXT[], $10::TEXT[], $11::BYTEA[]))
+		AND q.instance_id IN (SELECT instance_id FROM turn)
+	RETURNING 1
 )
-SELECT count(*) FROM turn`, args: []any{cInst, cExec, cActivity}})
+SELECT count(*) FROM turn`, args: []any{cInst, cExec, cActivity, wInst, wKind, wPayload}})
 	}
 
 	if enqueues {

@@ -103,6 +103,40 @@ func testEnqueueTerminalInstance(t *testing.T, h *harness) {
 	}
 }
 
+// A turn withdraws messages an earlier turn queued for its instance (a
+// timer that will never matter): the matching messages of that instance
+// go, those of other instances and other payloads stay, and the instance is
+// no longer due at the withdrawn one's time.
+func testWithdrawMessages(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	timer := func(id, payload string, delay time.Duration) store.OutgoingMessage {
+		return store.OutgoingMessage{InstanceID: id, Message: store.Message{Kind: "timer", Payload: []byte(payload)}, Delay: delay}
+	}
+	for _, id := range []string{"a", "b"} {
+		h.start(tenant, id)
+		p := turn(h.fetchInstance(tenant, id))
+		p.Messages = []store.OutgoingMessage{timer(id, `{"t":1}`, time.Hour), timer(id, `{"t":2}`, 48*time.Hour)}
+		h.ack(p)
+	}
+	h.enqueue(tenant, "a", `"won"`, 0)
+	p := turn(h.fetchInstance(tenant, "a"))
+	p.WithdrawMessages = []store.Message{{Kind: "timer", Payload: []byte(`{"t":1}`)}}
+	h.ack(p)
+
+	h.clock.Advance(2 * time.Hour)
+	item := h.fetch(tenant)
+	require.NotNil(t, item)
+	require.Equal(t, "b", item.Lease.InstanceID, "a is not due: its 1 h timer was withdrawn")
+	require.Len(t, item.Messages, 1)
+	require.JSONEq(t, `{"t":1}`, string(item.Messages[0].Payload))
+	h.ack(turn(item))
+	require.Nil(t, h.fetch(tenant))
+	h.clock.Advance(48 * time.Hour)
+	item = h.fetchInstance(tenant, "a")
+	require.Len(t, item.Messages, 1)
+	require.JSONEq(t, `{"t":2}`, string(item.Messages[0].Payload))
+}
+
 // 16 fetchers race over 1,000 messages across 50 instances: each message is
 // consumed exactly once and no instance is ever leased by two at a time.
 func testExactlyOnceDelivery(t *testing.T, h *harness) {

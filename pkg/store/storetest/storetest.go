@@ -51,6 +51,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartTakenID", testStartTakenID},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
+		{"WithdrawMessages", testWithdrawMessages},
 		{"ExactlyOnceDelivery", testExactlyOnceDelivery},
 		{"InvisibleUntilVisibleAt", testInvisibleUntilVisibleAt},
 		{"NothingToFetch", testNothingToFetch},
