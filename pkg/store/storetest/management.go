@@ -493,7 +493,6 @@ func testPruneBulk(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), h.instance(tenant, "loop-a").ExecutionCount)
 	require.Equal(t, int64(4), h.instance(tenant, "other").ExecutionCount)
 
-
 	res, err = h.s.PruneExecutionsBulk(h.ctx(), &store.PruneExecutionsBulkParams{
 		TenantID: tenant, Options: store.PruneOptions{KeepLast: 2}, Limit: 1,
 	})
