@@ -148,7 +148,9 @@ func (w *retryWaits) retryWait(n int, err *Error, idem idempotency) (time.Durati
 	switch err.Code {
 	case connect.CodeUnavailable:
 		if idem == idempotent || notSent(err) {
-			return w.next(), true
+			// The server's hint (a database restarting), within the
+			// policy's longest wait.
+			return max(w.next(), min(err.RetryAfter, w.p.MaxBackoff)), true
 		}
 	case connect.CodeResourceExhausted:
 		if err.RetryAfter > 0 && err.RetryAfter <= w.p.MaxBackoff {

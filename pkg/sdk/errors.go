@@ -80,8 +80,8 @@ type Error struct {
 	// for InvalidArgument (request validation, definition documents).
 	FieldViolations []FieldViolation
 	// RetryAfter is how long the server asks to wait before trying again,
-	// for ResourceExhausted; zero when it gave no hint (waiting does not
-	// help, or it did not say).
+	// for ResourceExhausted and Unavailable; zero when it gave no hint
+	// (waiting does not help, or it did not say).
 	RetryAfter time.Duration
 
 	// precondition refines a FailedPrecondition: ErrRunning,

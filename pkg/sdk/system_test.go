@@ -113,7 +113,12 @@ type systemOption func(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *ap
 
 func newSystem(t *testing.T, opts ...systemOption) *system {
 	t.Helper()
-	pool := testdb.Pool(t, 20)
+	return newSystemOn(t, testdb.Pool(t, 20), opts...)
+}
+
+// newSystemOn is newSystem on a database the test chose.
+func newSystemOn(t *testing.T, pool *pgxpool.Pool, opts ...systemOption) *system {
+	t.Helper()
 	st := crdb.New(pool, crdb.Options{Logger: quiet()})
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -540,10 +541,22 @@ func (w *Worker) heartbeat(base context.Context, token string, expires time.Time
 	}
 }
 
+// reporter is the worker's client for reports of results and failures:
+// those are idempotent (a repeat of one that landed finds the task gone,
+// and the result stays recorded once), so it tries again on Unavailable
+// until the report's deadline rather than for the policy's attempts: a
+// report outlives a database restart, and the activity does not run again
+// after its lease because its result was lost on the way.
+func (w *Worker) reporter() *Client {
+	c := *w.client
+	c.retry.MaxAttempts = math.MaxInt
+	return &c
+}
+
 // complete reports a result. A result the server refuses (too large, not
 // JSON) fails the task instead, not retryably.
 func (w *Worker) complete(ctx context.Context, token string, result []byte, log *slog.Logger) {
-	_, err := call(ctx, w.client, idempotent, w.client.workers.CompleteActivityTask,
+	_, err := call(ctx, w.reporter(), idempotent, w.client.workers.CompleteActivityTask,
 		&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: result})
 	if err == nil {
 		return
@@ -560,12 +573,12 @@ func (w *Worker) complete(ctx context.Context, token string, result []byte, log 
 // large, a malformed kind) is reported again with its message only.
 func (w *Worker) fail(ctx context.Context, token string, cause error, log *slog.Logger) {
 	f, retryable := failureOf(cause)
-	_, err := call(ctx, w.client, idempotent, w.client.workers.FailActivityTask,
+	_, err := call(ctx, w.reporter(), idempotent, w.client.workers.FailActivityTask,
 		&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
 	if err != nil && refused(err) {
 		log.Warn("sdk: the failure was refused; reporting its message only", slog.Any("error", err))
 		f = &orchardv1.ActivityFailure{Message: f.GetMessage()}
-		_, err = call(ctx, w.client, idempotent, w.client.workers.FailActivityTask,
+		_, err = call(ctx, w.reporter(), idempotent, w.client.workers.FailActivityTask,
 			&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
 	}
 	if err != nil {

@@ -288,6 +288,17 @@ func TestDatabaseDownIsUnavailable(t *testing.T) {
 	e := newEnv(t, func(c *api.Config) { c.Store = crdb.New(pool, crdb.Options{Logger: quiet(), MaxAttempts: 2}) })
 	_, err = e.clients(e.token("acme", tenancy.RoleClient)).client.CountInstances(t.Context(), req(&orchardv1.CountInstancesRequest{}))
 	requireCode(t, err, connect.CodeUnavailable)
+	var ce *connect.Error
+	require.ErrorAs(t, err, &ce)
+	hint := false
+	for _, d := range ce.Details() {
+		if m, derr := d.Value(); derr == nil {
+			if ri, ok := m.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > 0 {
+				hint = true
+			}
+		}
+	}
+	require.True(t, hint, "Unavailable carries a RetryInfo")
 	require.NotContains(t, err.Error(), dead)
 	require.NotContains(t, err.Error(), "postgres")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -68,11 +69,25 @@ func connectError(ctx context.Context, log *slog.Logger, err error) error {
 		// the lease lapsed; the worker drops its work.
 		return preconditionError(errors.New("the task's lease is lost: it was cancelled, its instance deleted, or the lease lapsed"), "LEASE_LOST")
 	case errors.Is(err, store.ErrUnavailable):
-		log.ErrorContext(ctx, "api: database unreachable", slog.Any("error", err))
-		return connect.NewError(connect.CodeUnavailable, errors.New("the service is temporarily unavailable"))
+		log.WarnContext(ctx, "api: database unavailable", slog.Any("error", err))
+		return unavailableError()
 	}
 	log.ErrorContext(ctx, "api: internal error", slog.Any("error", err))
 	return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+}
+
+// unavailableRetryDelay is the wait an Unavailable answer suggests: about
+// what a database restart or a failover takes.
+const unavailableRetryDelay = time.Second
+
+// unavailableError is Unavailable with a google.rpc.RetryInfo detail: the
+// database cannot serve the call now, for a passing reason.
+func unavailableError() *connect.Error {
+	ce := connect.NewError(connect.CodeUnavailable, errors.New("the service is temporarily unavailable; try again"))
+	if detail, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(unavailableRetryDelay)}); err == nil {
+		ce.AddDetail(detail)
+	}
+	return ce
 }
 
 // preconditionError is FailedPrecondition with a google.rpc.ErrorInfo

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
@@ -162,7 +164,10 @@ func retryable(err error) bool {
 // or that went away or refused work (store.ErrUnavailable): failures to
 // connect or of the network, connection exceptions (SQLSTATE class 08),
 // an administrator's or a crash's shutdown (57P01-57P03), too many
-// connections (53300). A cancelled or expired context is not one.
+// connections or too few resources (class 53), a statement whose outcome
+// is unknown (CockroachDB's 40003), and a connection that broke mid-call
+// (reset, refused, or closed by the server: pgx then says only that the
+// connection is closed). A cancelled or expired context is not one.
 func unavailable(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
@@ -170,12 +175,19 @@ func unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "57P01", "57P02", "57P03", "53300":
+		case "57P01", "57P02", "57P03", "40003":
 			return true
 		}
-		return strings.HasPrefix(pgErr.Code, "08")
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53")
 	}
 	var connErr *pgconn.ConnectError
 	var netErr net.Error
-	return errors.As(err, &connErr) || errors.As(err, &netErr)
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return strings.Contains(err.Error(), "conn closed")
 }
