@@ -76,6 +76,12 @@ type Error struct {
 	// Message is the server's message (or the client's, for a failure the
 	// SDK found before sending anything).
 	Message string
+	// Reason is the reason of the google.rpc.ErrorInfo the API attaches to
+	// every error: the particular cause where a code has several
+	// (INSTANCE_RUNNING, INSTANCE_TERMINAL, LEASE_LOST, SUB_ORCHESTRATION,
+	// WOULD_ORPHAN, TENANT_NOT_ACTIVE), else the code's name (NOT_FOUND).
+	// Empty for a failure that did not come from the API.
+	Reason string
 	// FieldViolations name the request fields that broke the API's rules,
 	// for InvalidArgument (request validation, definition documents).
 	FieldViolations []FieldViolation
@@ -189,6 +195,7 @@ func apiError(err error) error {
 			}
 		case *errdetails.ErrorInfo:
 			reason = m.GetReason()
+			e.Reason = reason
 		}
 	}
 	if e.Code == connect.CodeFailedPrecondition {

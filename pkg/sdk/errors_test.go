@@ -100,6 +100,15 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 			require.Equal(t, connect.CodeOf(tc.err), e.Code)
 			var ce *connect.Error
 			require.ErrorAs(t, got, &ce, "the Connect error stays reachable")
+			var info *errdetails.ErrorInfo
+			for _, d := range ce.Details() {
+				if m, derr := d.Value(); derr == nil {
+					if i, ok := m.(*errdetails.ErrorInfo); ok {
+						info = i
+					}
+				}
+			}
+			require.Equal(t, info.GetReason(), e.Reason, "the ErrorInfo's reason")
 		})
 	}
 }

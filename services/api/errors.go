@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,15 +17,49 @@ import (
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
+// errorDomain is the domain of the google.rpc.ErrorInfo of every error.
+const errorDomain = "orchard.dev"
+
 // connectError is the one place where an error becomes what a client sees.
-// Connect errors (validation, handlers' field errors) pass unchanged; store
-// and tenancy sentinels get their code and our own text; the rest is
-// Internal (or Unavailable when the database cannot be reached) with a
-// generic message, the detail logged with the call's attributes.
+// Connect errors (validation, handlers' field errors) keep their code and
+// text; store and tenancy sentinels get their code and our own text; the
+// rest is Internal (or Unavailable when the database cannot serve the call
+// now) with a generic message, the detail logged with the call's
+// attributes. Every error leaves with a google.rpc.ErrorInfo whose reason
+// clients branch on: a particular one (INSTANCE_RUNNING, LEASE_LOST...)
+// where the code has several causes, else the code's name (NOT_FOUND).
 func connectError(ctx context.Context, log *slog.Logger, err error) error {
 	if err == nil {
 		return nil
 	}
+	ce := mapError(ctx, log, err)
+	if reasonOf(ce) == "" {
+		addReason(ce, strings.ToUpper(ce.Code().String()))
+	}
+	return ce
+}
+
+// reasonOf is the reason of the error's google.rpc.ErrorInfo, "" without one.
+func reasonOf(ce *connect.Error) string {
+	for _, d := range ce.Details() {
+		if m, err := d.Value(); err == nil {
+			if info, ok := m.(*errdetails.ErrorInfo); ok {
+				return info.GetReason()
+			}
+		}
+	}
+	return ""
+}
+
+// addReason attaches a google.rpc.ErrorInfo with the reason.
+func addReason(ce *connect.Error, reason string) {
+	if detail, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+		ce.AddDetail(detail)
+	}
+}
+
+// mapError gives an error its code and the text a client may see.
+func mapError(ctx context.Context, log *slog.Logger, err error) *connect.Error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return ce
@@ -95,9 +130,7 @@ func unavailableError() *connect.Error {
 // them apart without reading the text.
 func preconditionError(err error, reason string) *connect.Error {
 	ce := connect.NewError(connect.CodeFailedPrecondition, err)
-	if detail, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: "orchard.dev"}); derr == nil {
-		ce.AddDetail(detail)
-	}
+	addReason(ce, reason)
 	return ce
 }
 

@@ -113,7 +113,7 @@ func (c *clientService) startGracefulDelete(ctx context.Context, ids []string, t
 			return "", err
 		}
 		if parent != "" {
-			return "", fmt.Errorf("instance %q: %w", id, store.ErrSubOrchestration)
+			return "", fmt.Errorf("instance %q is a child of %q: %w", id, parent, store.ErrSubOrchestration)
 		}
 	}
 	subject, role := actor(ctx)
@@ -308,7 +308,7 @@ func (a *adminService) TriggerRetention(ctx context.Context, req *connect.Reques
 			return nil, err
 		}
 		if t.State != store.TenantActive {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("tenant %q is %s: retention runs for active tenants only", id, t.State))
+			return nil, preconditionError(fmt.Errorf("tenant %q is %s: retention runs for active tenants only", id, t.State), "TENANT_NOT_ACTIVE")
 		}
 		tenants = []string{id}
 	} else {

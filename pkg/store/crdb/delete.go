@@ -108,7 +108,7 @@ FROM instances i WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[])`, p.
 		case orphan[0] != "":
 			return fmt.Errorf("instance %q has child %q outside the set: %w", orphan[0], orphan[1], store.ErrWouldOrphan)
 		case len(running) > 0 && !p.Force:
-			return fmt.Errorf("instances %s: %w", quoteIDs(running), store.ErrInstanceRunning)
+			return fmt.Errorf("%s: %w", namedInstances(running), store.ErrInstanceRunning)
 		case total > s.opts.MaxRowsPerTransaction:
 			return invalid("an atomic delete of these instances would remove %d rows, more than the %d one transaction may; delete their roots with DeleteInstance",
 				total, s.opts.MaxRowsPerTransaction)
@@ -161,7 +161,7 @@ func (s *Store) DeleteInstance(ctx context.Context, p *store.DeleteInstanceParam
 					}
 				}
 				if len(running) > 0 {
-					return fmt.Errorf("instances %s: %w", quoteIDs(running), store.ErrInstanceRunning)
+					return fmt.Errorf("%s: %w", namedInstances(running), store.ErrInstanceRunning)
 				}
 			}
 			step, done, err = s.deleteStep(ctx, tx, p.TenantID, nodes)

@@ -8,6 +8,7 @@ import (
 	mathrand "math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -386,10 +387,21 @@ WHERE tenant_id = $1 AND NOT deleting AND root_instance_id = (
 	return &store.InstanceTree{RootID: p.InstanceID, IDs: ids}, nil
 }
 
-// quoteIDs is for error messages.
-func quoteIDs(ids []string) string {
-	if len(ids) > 5 {
-		return fmt.Sprintf("%q and %d more", ids[:5], len(ids)-5)
+// namedInstances names instances in an error message, in one style
+// whatever their number: `instance "a"`, `instances "a", "b"`, and past
+// five `instances "a", ..., "e" and 3 more`.
+func namedInstances(ids []string) string {
+	shown := ids[:min(len(ids), 5)]
+	quoted := make([]string, len(shown))
+	for i, id := range shown {
+		quoted[i] = strconv.Quote(id)
 	}
-	return strings.Join(ids, ", ")
+	s := strings.Join(quoted, ", ")
+	if len(ids) > len(shown) {
+		s += fmt.Sprintf(" and %d more", len(ids)-len(shown))
+	}
+	if len(ids) == 1 {
+		return "instance " + s
+	}
+	return "instances " + s
 }
