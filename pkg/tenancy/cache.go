@@ -3,13 +3,16 @@ package tenancy
 import (
 	"crypto/sha256"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/maypok86/otter/v2"
 )
 
 // Verified tokens are remembered for a short while, so that a client
 // sending the same token with every call pays for one signature check, not
 // one per call (an Ed25519 verification is most of a call's overhead).
+// Tokens that fail verification are never remembered, so a caller sending
+// endless distinct bad tokens costs CPU but no memory.
 const (
 	// verifiedTTL bounds how long a verified token is trusted without a
 	// new check; a token never outlives its own expiry in the cache. Only
@@ -24,22 +27,29 @@ type verifiedToken struct {
 	until time.Time
 }
 
-// verifiedCache maps a token's SHA-256 to the identity it proved.
+// verifiedCache maps a token's SHA-256 to the identity it proved, for at
+// most verifiedMax tokens.
 type verifiedCache struct {
-	mu      sync.Mutex
-	entries map[[32]byte]verifiedToken
+	entries *otter.Cache[[32]byte, verifiedToken]
+}
+
+func newVerifiedCache() verifiedCache {
+	return verifiedCache{entries: otter.Must(&otter.Options[[32]byte, verifiedToken]{
+		MaximumSize: verifiedMax,
+		// A memory bound on the wall clock; until, on the verifier's
+		// clock, decides whether an entry still holds.
+		ExpiryCalculator: otter.ExpiryWriting[[32]byte, verifiedToken](verifiedTTL),
+	})}
 }
 
 func (c *verifiedCache) get(token string, now time.Time) (*Identity, bool) {
 	key := sha256.Sum256([]byte(token))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
+	e, ok := c.entries.GetIfPresent(key)
 	if !ok {
 		return nil, false
 	}
 	if !now.Before(e.until) {
-		delete(c.entries, key)
+		c.entries.Invalidate(key)
 		return nil, false
 	}
 	id := e.id
@@ -52,21 +62,8 @@ func (c *verifiedCache) put(token string, id *Identity, now time.Time) {
 	if id.ExpiresAt.Before(until) {
 		until = id.ExpiresAt
 	}
-	key := sha256.Sum256([]byte(token))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[[32]byte]verifiedToken{}
-	}
-	if len(c.entries) >= verifiedMax {
-		// Drop the expired ones; if none, an arbitrary tenth.
-		n := 0
-		for k, e := range c.entries {
-			if !now.Before(e.until) || n < verifiedMax/10 {
-				delete(c.entries, k)
-				n++
-			}
-		}
-	}
-	c.entries[key] = verifiedToken{id: *id, until: until}
+	c.entries.Set(sha256.Sum256([]byte(token)), verifiedToken{id: *id, until: until})
 }
+
+// len is the number of tokens remembered, for tests.
+func (c *verifiedCache) len() int { return c.entries.EstimatedSize() }

@@ -72,7 +72,7 @@ type Verifier struct {
 	parser   *jwt.Parser
 	algs     []string
 	now      func() time.Time
-	verified verifiedCache
+	verified verifiedCache // with static keys only
 	// Exactly one of these is set.
 	static *staticKeys
 	jwks   keyfunc.Keyfunc
@@ -148,6 +148,7 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 			return nil, fmt.Errorf("verifier: %w", err)
 		}
 		v.static = s
+		v.verified = newVerifiedCache()
 		return v, nil
 	}
 	kf, err := newJWKS(ctx, cfg)

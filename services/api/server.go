@@ -156,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		store:    cfg.Store,
 		tokens:   tokenCodec{key: cfg.TokenKey},
-		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, cfg.Logger),
+		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants, cfg.Logger),
 		draining: make(chan struct{}),
 	}
 	var otelOpts []otelconnect.Option
@@ -278,5 +278,6 @@ func (s *Server) Stop(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	<-done
+	s.tenants.stop()
 	return errors.Join(err, s.serveErr)
 }

@@ -3,8 +3,9 @@ package api
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/maypok86/otter/v2"
 
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -16,49 +17,49 @@ type tenantRecord struct {
 	limits tenancy.Limits
 }
 
+// maxCachedTenants bounds the tenant cache's memory.
+const maxCachedTenants = 100_000
+
 // tenantCache keeps tenants' rows for a short while, so that admitting a
 // call costs no database round trip. Lookups of unknown tenants are cached
-// too (tokens are verified first, so only a signer can name tenants).
+// too (tokens are verified first, so only a signer can name tenants). It
+// holds at most maxCachedTenants entries, and concurrent misses of one
+// tenant read it once.
 type tenantCache struct {
-	st  store.Tenants
-	ttl time.Duration
-	log *slog.Logger
-
-	mu sync.Mutex
-	m  map[string]cachedTenant
+	st    store.Tenants
+	log   *slog.Logger
+	cache *otter.Cache[string, cachedTenant]
 }
 
+// cachedTenant is a tenant's record, or the error (not found) of its lookup.
 type cachedTenant struct {
-	rec     *tenantRecord
-	err     error
-	expires time.Time
+	rec *tenantRecord
+	err error
 }
 
-func newTenantCache(st store.Tenants, ttl time.Duration, log *slog.Logger) *tenantCache {
-	return &tenantCache{st: st, ttl: ttl, log: log, m: map[string]cachedTenant{}}
+func newTenantCache(st store.Tenants, ttl time.Duration, size int, log *slog.Logger) *tenantCache {
+	return &tenantCache{st: st, log: log, cache: otter.Must(&otter.Options[string, cachedTenant]{
+		MaximumSize:      size,
+		ExpiryCalculator: otter.ExpiryWriting[string, cachedTenant](ttl),
+	})}
 }
 
 // get returns the tenant's record, or an error matching store.ErrNotFound.
 func (c *tenantCache) get(ctx context.Context, id string) (*tenantRecord, error) {
-	now := time.Now()
-	c.mu.Lock()
-	e, ok := c.m[id]
-	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		return e.rec, e.err
-	}
-	t, err := c.st.GetTenant(ctx, &store.GetTenantParams{TenantID: id})
-	if err != nil && !isNotFound(err) {
+	e, err := c.cache.Get(ctx, id, otter.LoaderFunc[string, cachedTenant](func(ctx context.Context, id string) (cachedTenant, error) {
+		t, err := c.st.GetTenant(ctx, &store.GetTenantParams{TenantID: id})
+		switch {
+		case isNotFound(err):
+			return cachedTenant{err: err}, nil
+		case err != nil:
+			return cachedTenant{}, err
+		}
+		return cachedTenant{rec: c.record(ctx, t)}, nil
+	}))
+	if err != nil {
 		return nil, err
 	}
-	var rec *tenantRecord
-	if err == nil {
-		rec = c.record(ctx, t)
-	}
-	c.mu.Lock()
-	c.m[id] = cachedTenant{rec: rec, err: err, expires: now.Add(c.ttl)}
-	c.mu.Unlock()
-	return rec, err
+	return e.rec, e.err
 }
 
 // record parses a tenant's stored limits; limits that do not parse (they
@@ -74,15 +75,15 @@ func (c *tenantCache) record(ctx context.Context, t *store.Tenant) *tenantRecord
 
 // put replaces a tenant's cached row after this server changed it.
 func (c *tenantCache) put(ctx context.Context, t *store.Tenant) {
-	rec := c.record(ctx, t)
-	c.mu.Lock()
-	c.m[t.TenantID] = cachedTenant{rec: rec, expires: time.Now().Add(c.ttl)}
-	c.mu.Unlock()
+	c.cache.Set(t.TenantID, cachedTenant{rec: c.record(ctx, t)})
 }
 
 // forget drops a tenant's cached row.
 func (c *tenantCache) forget(id string) {
-	c.mu.Lock()
-	delete(c.m, id)
-	c.mu.Unlock()
+	c.cache.Invalidate(id)
+}
+
+// stop ends the cache's expiry goroutine.
+func (c *tenantCache) stop() {
+	c.cache.StopAllGoroutines()
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/maypok86/otter/v2"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -20,71 +20,52 @@ type definitionKey struct{ tenant, name, version string }
 
 // definitionCache keeps compiled definitions by tenant, name and version.
 // Versions are immutable, so entries never go stale; the cache only bounds
-// its size, dropping an arbitrary entry when full.
+// its size. Concurrent misses of one version read and compile it once.
 type definitionCache struct {
 	store store.Definitions
-	size  int
-
-	mu   sync.Mutex
-	defs map[definitionKey]*engine.Definition
+	defs  *otter.Cache[definitionKey, *engine.Definition]
 }
 
 func newDefinitionCache(s store.Definitions, size int) *definitionCache {
-	return &definitionCache{store: s, size: size, defs: map[definitionKey]*engine.Definition{}}
+	return &definitionCache{store: s, defs: otter.Must(&otter.Options[definitionKey, *engine.Definition]{MaximumSize: size})}
 }
 
 // get returns the compiled definition: ErrNotFound (wrapped) when none is
 // registered, errInvalidDefinition when it does not parse, another error
 // when it could not be read.
 func (c *definitionCache) get(ctx context.Context, tenant, name, version string) (*engine.Definition, error) {
-	key := definitionKey{tenant, name, version}
-	c.mu.Lock()
-	def, ok := c.defs[key]
-	c.mu.Unlock()
-	if ok {
-		return def, nil
-	}
 	if version == "" {
 		return nil, fmt.Errorf("definition %s without a version: %w", name, store.ErrNotFound)
 	}
-	stored, err := c.store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: tenant, Name: name, Version: version})
-	if err != nil {
-		return nil, err
-	}
-	def, err = engine.ParseDefinition(stored.Document)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s version %s: %v", errInvalidDefinition, name, version, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.defs) >= c.size {
-		for k := range c.defs {
-			delete(c.defs, k)
-			break
-		}
-	}
-	c.defs[key] = def
-	return def, nil
+	return c.defs.Get(ctx, definitionKey{tenant, name, version}, otter.LoaderFunc[definitionKey, *engine.Definition](
+		func(ctx context.Context, k definitionKey) (*engine.Definition, error) {
+			stored, err := c.store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: k.tenant, Name: k.name, Version: k.version})
+			if err != nil {
+				return nil, err
+			}
+			def, err := engine.ParseDefinition(stored.Document)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s version %s: %v", errInvalidDefinition, k.name, k.version, err)
+			}
+			return def, nil
+		}))
 }
 
-// policyCache keeps tenants' limits for a while.
+// maxCachedTenants bounds the memory of a dispatcher's tenant limits.
+const maxCachedTenants = 100_000
+
+// policyCache keeps tenants' limits for a while, at most maxCachedTenants
+// of them; concurrent misses of one tenant read it once.
 type policyCache struct {
-	store store.Store
-	clock store.Clock
-	ttl   time.Duration
-
-	mu       sync.Mutex
-	policies map[string]cachedPolicy
+	store  store.Store
+	limits *otter.Cache[string, tenancy.Limits]
 }
 
-type cachedPolicy struct {
-	policy  store.RetentionPolicy
-	limits  tenancy.Limits
-	expires time.Time
-}
-
-func newPolicyCache(s store.Store, clock store.Clock, ttl time.Duration) *policyCache {
-	return &policyCache{store: s, clock: clock, ttl: ttl, policies: map[string]cachedPolicy{}}
+func newPolicyCache(s store.Store, ttl time.Duration) *policyCache {
+	return &policyCache{store: s, limits: otter.Must(&otter.Options[string, tenancy.Limits]{
+		MaximumSize:      maxCachedTenants,
+		ExpiryCalculator: otter.ExpiryWriting[string, tenancy.Limits](ttl),
+	})}
 }
 
 // retention returns the retention that governs an instance: its own
@@ -104,35 +85,23 @@ func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID st
 	return t.Retention.For(name, inst.Retention), nil
 }
 
-// limits returns a tenant's limits.
-func (c *policyCache) limits(ctx context.Context, tenant string) (tenancy.Limits, error) {
-	p, err := c.tenant(ctx, tenant)
-	return p.limits, err
+// tenantLimits returns a tenant's limits, read again once they are older
+// than the cache's TTL.
+func (c *policyCache) tenantLimits(ctx context.Context, tenant string) (tenancy.Limits, error) {
+	return c.limits.Get(ctx, tenant, otter.LoaderFunc[string, tenancy.Limits](func(ctx context.Context, tenant string) (tenancy.Limits, error) {
+		t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
+		if err != nil {
+			return tenancy.Limits{}, err
+		}
+		// Limits that do not parse fall back to the defaults: a bad row must
+		// not stop the tenant's orchestrations.
+		limits, err := tenancy.ParseLimits(t.Limits)
+		if err != nil {
+			limits = tenancy.DefaultLimits()
+		}
+		return limits.Effective(), nil
+	}))
 }
 
-// tenant returns a tenant's cached policy and limits, reading them again
-// once they are older than the cache's TTL.
-func (c *policyCache) tenant(ctx context.Context, tenant string) (cachedPolicy, error) {
-	now := c.clock.Now()
-	c.mu.Lock()
-	p, ok := c.policies[tenant]
-	c.mu.Unlock()
-	if ok && !now.After(p.expires) {
-		return p, nil
-	}
-	t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
-	if err != nil {
-		return cachedPolicy{}, err
-	}
-	// Limits that do not parse fall back to the defaults: a bad row must
-	// not stop the tenant's orchestrations.
-	limits, err := tenancy.ParseLimits(t.Limits)
-	if err != nil {
-		limits = tenancy.DefaultLimits()
-	}
-	p = cachedPolicy{policy: t.Retention, limits: limits.Effective(), expires: now.Add(c.ttl)}
-	c.mu.Lock()
-	c.policies[tenant] = p
-	c.mu.Unlock()
-	return p, nil
-}
+// stop ends the caches' expiry goroutines.
+func (c *policyCache) stop() { c.limits.StopAllGoroutines() }

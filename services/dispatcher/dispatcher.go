@@ -55,7 +55,7 @@ type Config struct {
 	Metrics        *Metrics
 	// DefinitionCacheSize bounds the compiled definitions kept (default 1024).
 	DefinitionCacheSize int
-	// PolicyTTL is how long a tenant's retention policy is cached (default 30s).
+	// PolicyTTL is how long a tenant's limits are cached (default 30s).
 	PolicyTTL time.Duration
 	// MaxTurnAttempts is how many turns of an instance in a row may die
 	// before they end (the process crashed, out of memory say, or the turn
@@ -158,7 +158,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d.wake = make(chan struct{})
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
-	d.policies = newPolicyCache(cfg.Store, cfg.Clock, cfg.PolicyTTL)
+	d.policies = newPolicyCache(cfg.Store, cfg.PolicyTTL)
 	return d, nil
 }
 
@@ -199,6 +199,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.stopFetch()
 	done := make(chan struct{})
 	go func() { d.loopsDone.Wait(); close(done) }()
+	defer d.policies.stop()
 	select {
 	case <-done:
 		d.abortTurns()

@@ -245,7 +245,7 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 		in.History[i] = e
 	}
 
-	limits, err := d.policies.limits(ctx, it.Lease.TenantID)
+	limits, err := d.policies.tenantLimits(ctx, it.Lease.TenantID)
 	if err != nil {
 		return nil, in, err
 	}

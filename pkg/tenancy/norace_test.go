@@ -1,0 +1,5 @@
+//go:build !race
+
+package tenancy
+
+const raceEnabled = false
