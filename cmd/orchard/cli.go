@@ -3,12 +3,14 @@ package main
 // The client verbs of the orchard command (token, definition, start, event,
 // cancel, instance, instances, tenant) talk to an API server through
 // pkg/sdk. This file holds what they share: the connection flags, output
-// (tables and JSON), the parsing of times, durations, tags, statuses and
+// (tables, JSON, JSON lines and YAML), the parsing of times, durations, tags, statuses and
 // payloads, and the one mapping from failures to exit codes.
 //
 // Output. By default a verb prints a human table (or a few "Key: value"
 // lines for one object) to stdout; `--output json` prints one JSON document
-// instead: an object, or an array for listings. The JSON is stable: fields
+// instead: an object, or an array for listings; `-o jsonl` prints one
+// compact JSON object a line (each item of a listing on its own line), and
+// `-o yaml` the same document as YAML, keys in the same order. The JSON is stable: fields
 // are named like the API's JSON (lowerCamelCase: instanceId, createdAt...),
 // statuses as the SDK names them (Running, Completed, Failed, Cancelled,
 // ContinuedAsNew), times are RFC 3339 in UTC, durations are Go durations
@@ -43,6 +45,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/orchardhq/orchard/pkg/sdk"
 )
@@ -67,13 +70,16 @@ permission denied; 6 unavailable (the API cannot be reached).`
 func addClientFlags(f *pflag.FlagSet) {
 	f.String("addr", envString("ORCHARD_ADDR", "http://127.0.0.1:8080"), "URL of the Orchard API, for the client verbs (env ORCHARD_ADDR)")
 	f.String("token", "", "token (JWT) the client verbs send (env ORCHARD_TOKEN)")
-	f.StringP("output", "o", "table", "output format of the client verbs: table or json")
+	f.StringP("output", "o", "table", "output format: table, json, jsonl (one object a line) or yaml")
 }
 
 // cli is what a client verb runs with, read from its flags.
 type cli struct {
 	addr, token string
+	// json is true for every machine-readable format (json, jsonl, yaml):
+	// the verbs build one value and printJSON prints it in format.
 	json        bool
+	format      string
 	out, errOut io.Writer
 	in          io.Reader
 }
@@ -98,10 +104,11 @@ func newCLI(cmd *cobra.Command) (*cli, error) {
 	}
 	switch output {
 	case "table", "":
-	case "json":
-		c.json = true
+		c.format = "table"
+	case "json", "jsonl", "yaml":
+		c.json, c.format = true, output
 	default:
-		return nil, usageErrorf("--output must be table or json, not %q", output)
+		return nil, usageErrorf("--output must be table, json, jsonl or yaml, not %q", output)
 	}
 	return c, nil
 }
@@ -114,12 +121,83 @@ func (c *cli) adminClient() *sdk.AdminClient {
 	return sdk.NewAdminClient(c.addr, sdk.WithToken(c.token))
 }
 
-// printJSON prints v as indented JSON.
+// printJSON prints v in the machine format asked for: indented JSON, JSON
+// lines (an array's items one a line) or YAML.
 func (c *cli) printJSON(v any) error {
-	enc := json.NewEncoder(c.out)
-	enc.SetIndent("", "  ")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if c.format == "json" {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	switch c.format {
+	case "jsonl":
+		return writeJSONLines(c.out, buf.Bytes())
+	case "yaml":
+		return writeYAML(c.out, buf.Bytes())
+	}
+	_, err := c.out.Write(buf.Bytes())
+	return err
+}
+
+// printItem prints one item of a streamed listing in a line-oriented
+// format: a JSON line, or a one-item YAML sequence (which, one after
+// another, make one sequence).
+func (c *cli) printItem(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if c.format == "yaml" {
+		return writeYAML(c.out, append(append([]byte{'['}, b...), ']'))
+	}
+	return writeJSONLines(c.out, b)
+}
+
+// writeJSONLines writes a JSON document compact on one line, or, when it is
+// an array, each of its items on a line of its own.
+func writeJSONLines(w io.Writer, doc []byte) error {
+	var items []json.RawMessage
+	if err := json.Unmarshal(doc, &items); err != nil {
+		items = []json.RawMessage{doc}
+	}
+	for _, item := range items {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, item); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeYAML writes a JSON document as block-style YAML, keys in the
+// document's order.
+func writeYAML(w io.Writer, doc []byte) error {
+	var node yaml.Node
+	if err := yaml.Unmarshal(doc, &node); err != nil {
+		return err
+	}
+	var block func(n *yaml.Node)
+	block = func(n *yaml.Node) {
+		n.Style = 0
+		for _, child := range n.Content {
+			block(child)
+		}
+	}
+	block(&node)
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(&node); err != nil {
+		return err
+	}
+	return enc.Close()
 }
 
 // table writes aligned columns.
@@ -229,10 +307,13 @@ func parseDuration(s string) (time.Duration, error) {
 	return d + rest, nil
 }
 
-// parseTime parses an RFC 3339 time, a date (UTC midnight), or a duration
-// meaning "that long before now" ("720h", "30d").
+// parseTime parses an RFC 3339 time, a date (UTC midnight), "now", or a
+// duration meaning "that long before now" ("720h", "30d").
 func parseTime(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "now") {
+		return now, nil
+	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
@@ -241,7 +322,7 @@ func parseTime(s string, now time.Time) (time.Time, error) {
 	}
 	d, err := parseDuration(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("invalid time %q (use RFC 3339 like 2024-05-01T12:00:00Z, a date like 2024-05-01, or a duration ago like 720h or 30d)", s)
+		return time.Time{}, fmt.Errorf("invalid time %q (use RFC 3339 like 2024-05-01T12:00:00Z, a date like 2024-05-01, now, or a duration ago like 720h or 30d)", s)
 	}
 	return now.Add(-d), nil
 }
@@ -267,7 +348,7 @@ func (v *timeValue) Set(s string) error {
 // timeFlag is a time bound: nil unless the flag is given, then the time as
 // given (the zero time included).
 func timeFlag(f *pflag.FlagSet, p **time.Time, name, usage string) {
-	f.Var(&timeValue{t: p}, name, usage+" (RFC 3339, a date, or a duration ago: 720h, 30d)")
+	f.Var(&timeValue{t: p}, name, usage+" (RFC 3339, a date, now, or a duration ago: 720h, 30d)")
 }
 
 // durationValue is a flag holding a duration (parseDuration).
@@ -436,6 +517,7 @@ func failure(err error) error {
 	if e.Code == connect.CodeUnauthenticated && !strings.Contains(e.Message, "token") {
 		b.WriteString("\n  (set ORCHARD_TOKEN or --token)")
 	}
+
 	exit, ok := exitCodes[e.Code]
 	if !ok {
 		exit = exitOther
@@ -493,13 +575,23 @@ func clientCommands() []*cobra.Command {
 	return cmds
 }
 
-// run adapts a verb's body to cobra: it reads the common flags first.
+// run adapts a verb's body to cobra: it reads the common flags first. A
+// call refused for want of a token says where to get one.
 func run(body func(c *cli, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		c, err := newCLI(cmd)
 		if err != nil {
 			return err
 		}
-		return body(c, cmd, args)
+		err = body(c, cmd, args)
+		var e *sdk.Error
+		if c.token == "" && errors.As(err, &e) && e.Code == connect.CodeUnauthenticated {
+			return &codedError{msg: noTokenHelp, err: err, code: exitAuth}
+		}
+		return err
 	}
 }
+
+// noTokenHelp is the error of a client verb run without a token.
+const noTokenHelp = "no token: set ORCHARD_TOKEN or --token; `orchard dev` writes its tokens to .orchard/dev/tokens/ " +
+	"(export ORCHARD_TOKEN=$(cat .orchard/dev/tokens/client))"

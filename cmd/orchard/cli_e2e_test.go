@@ -179,7 +179,7 @@ steps:
 	require.Zero(t, code, stderr)
 	require.Contains(t, stdout, "tour-1")
 	require.Contains(t, stderr, "dry run: 1 root instances would be deleted")
-	stdout, stderr, code = orchard(client, "instances", "delete", "--name-prefix", "tour-")
+	stdout, stderr, code = orchard(client, "instances", "delete", "--name-prefix", "tour-", "--yes")
 	require.Zero(t, code, stderr)
 	require.True(t, strings.HasPrefix(stdout, "deleted 1 instances, 1 executions, "), stdout)
 	require.Contains(t, stderr, "so far")

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,6 +238,79 @@ type eventJSON struct {
 	CreatedAt string          `json:"createdAt"`
 }
 
+// eventFields is an event's payload without its storage envelope (the
+// format version "v"): the event's own fields, in their order.
+func eventFields(payload []byte) json.RawMessage {
+	fields, ok := orderedFields(payload)
+	if !ok {
+		return payload
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(f.value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// eventDetails prints an event's fields as key=value, cut to limit runes.
+func eventDetails(payload []byte, limit int) string {
+	fields, ok := orderedFields(payload)
+	if !ok {
+		return compactJSON(payload, limit)
+	}
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		var str string
+		if json.Unmarshal(f.value, &str) != nil {
+			str = compactJSON(f.value, 0)
+		}
+		parts = append(parts, f.key+"="+str)
+	}
+	s := strings.Join(parts, " ")
+	if len([]rune(s)) > limit {
+		s = string([]rune(s)[:limit-1]) + "…"
+	}
+	return s
+}
+
+type jsonField struct {
+	key   string
+	value json.RawMessage
+}
+
+// orderedFields reads a JSON object's fields in order, leaving out the
+// envelope's "v"; false when payload is not an object.
+func orderedFields(payload []byte) ([]jsonField, bool) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var fields []jsonField
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		key, _ := tok.(string)
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil, false
+		}
+		if key != "v" {
+			fields = append(fields, jsonField{key, value})
+		}
+	}
+	return fields, true
+}
+
 type historyJSON struct {
 	InstanceID  string      `json:"instanceId"`
 	ExecutionID int64       `json:"executionId"`
@@ -257,13 +333,13 @@ func instanceHistoryCommand() *cobra.Command {
 			if c.json {
 				events := make([]eventJSON, 0, len(h.Events))
 				for _, e := range h.Events {
-					events = append(events, eventJSON{EventID: e.ID, Kind: e.Kind, Payload: e.Payload, CreatedAt: jsonTime(e.CreatedAt)})
+					events = append(events, eventJSON{EventID: e.ID, Kind: e.Kind, Payload: eventFields(e.Payload), CreatedAt: jsonTime(e.CreatedAt)})
 				}
 				return c.printJSON(historyJSON{InstanceID: args[0], ExecutionID: h.ExecutionID, Events: events})
 			}
-			t := c.table("EVENT", "KIND", "CREATED", "PAYLOAD")
+			t := c.table("EVENT", "KIND", "CREATED", "DETAILS")
 			for _, e := range h.Events {
-				t.row(strconv.FormatInt(e.ID, 10), e.Kind, tableTime(e.CreatedAt), compactJSON(e.Payload, 80))
+				t.row(strconv.FormatInt(e.ID, 10), e.Kind, tableTime(e.CreatedAt), eventDetails(e.Payload, 100))
 			}
 			return t.flush()
 		}),
@@ -601,9 +677,10 @@ func (c *cli) listInstances(ctx context.Context, filter sdk.Filter, l listing) e
 			return
 		}
 		started = true
-		if c.json {
+		switch c.format {
+		case "json":
 			fmt.Fprint(c.out, "[")
-		} else {
+		case "table":
 			t = c.table("ID", "NAME", "VERSION", "STATUS", "EXECUTION", "CREATED", "COMPLETED")
 		}
 	}
@@ -619,7 +696,11 @@ func (c *cli) listInstances(ctx context.Context, filter sdk.Filter, l listing) e
 			more = true
 			break
 		}
-		if c.json {
+		if c.format == "jsonl" || c.format == "yaml" {
+			if err := c.printItem(instanceView(in)); err != nil {
+				return err
+			}
+		} else if c.json {
 			b, err := json.MarshalIndent(instanceView(in), "  ", "  ")
 			if err != nil {
 				return err
@@ -634,13 +715,20 @@ func (c *cli) listInstances(ctx context.Context, filter sdk.Filter, l listing) e
 		n++
 	}
 	start()
-	if c.json {
+	switch c.format {
+	case "json":
 		if n > 0 {
 			fmt.Fprint(c.out, "\n")
 		}
 		fmt.Fprintln(c.out, "]")
-	} else if err := t.flush(); err != nil {
-		return err
+	case "yaml":
+		if n == 0 {
+			fmt.Fprintln(c.out, "[]")
+		}
+	case "table":
+		if err := t.flush(); err != nil {
+			return err
+		}
 	}
 	if more {
 		fmt.Fprintf(c.errOut, "showing the first %d; more match (use --limit N or --all)\n", n)
@@ -671,7 +759,9 @@ duration ago ("--completed-before 30d": ended more than 30 days ago).`,
 	return cmd
 }
 
-var countOrder = []sdk.Status{sdk.StatusRunning, sdk.StatusCompleted, sdk.StatusFailed, sdk.StatusCancelled, sdk.StatusContinuedAsNew}
+// countOrder lists the statuses an instance can have: that of its current
+// execution, which is never ContinuedAsNew.
+var countOrder = []sdk.Status{sdk.StatusRunning, sdk.StatusCompleted, sdk.StatusFailed, sdk.StatusCancelled}
 
 func instancesCountCommand() *cobra.Command {
 	var ff filterFlags
@@ -685,7 +775,11 @@ func instancesCountCommand() *cobra.Command {
 				return err
 			}
 			if c.json {
-				return c.printJSON(map[string]any{"total": counts.Total, "byStatus": counts.ByStatus})
+				byStatus := map[sdk.Status]int64{}
+				for _, st := range countOrder {
+					byStatus[st] = counts.ByStatus[st]
+				}
+				return c.printJSON(map[string]any{"total": counts.Total, "byStatus": byStatus})
 			}
 			t := c.table("STATUS", "COUNT")
 			for _, s := range countOrder {
@@ -705,6 +799,7 @@ func instancesDeleteCommand() *cobra.Command {
 		l      listing
 		all    bool
 		dryRun bool
+		yes    bool
 		batch  int
 	)
 	cmd := &cobra.Command{
@@ -715,10 +810,14 @@ each with its whole tree, in batches, printing progress to stderr. Trees with a
 running instance are skipped. It needs at least one filter, or --all for every
 ended instance. Interrupted, it keeps what it deleted: run it again to go on.
 
+Before deleting it counts what matches and asks for confirmation on a
+terminal; --yes confirms beforehand (scripts must give it).
+
 --dry-run deletes nothing: it lists the ended root instances that match (as
 'instances list' does: --limit, or every one with --all) and counts them on
 stderr.`,
 		Example: `  orchard instances delete --completed-before 30d
+  orchard instances delete --completed-before now --yes
   orchard instances delete --name nightly-report --status failed --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: run(func(c *cli, cmd *cobra.Command, _ []string) error {
@@ -728,6 +827,15 @@ stderr.`,
 			}
 			if dryRun {
 				return c.deleteDryRun(ctx, ff.f, listing{limit: l.limit, all: all || l.all})
+			}
+			if !yes {
+				n, err := c.countDeletable(ctx, ff.f)
+				if err != nil {
+					return err
+				}
+				if ok, err := c.confirm(fmt.Sprintf("delete %d ended root instances with their trees?", n)); !ok || err != nil {
+					return err
+				}
 			}
 			filter := ff.f
 			opts := []sdk.BulkOption{sdk.WithBatchSize(batch), sdk.WithDeleteProgress(func(total sdk.DeleteCounts) {
@@ -752,26 +860,67 @@ stderr.`,
 	cmd.Flags().IntVar(&l.limit, "limit", 100, "with --dry-run: show at most N instances")
 	cmd.Flags().BoolVar(&all, "all", false, "with no filter: every ended root instance; with --dry-run: show every one")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "delete nothing: list and count what would be deleted")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking for confirmation")
 	cmd.Flags().IntVar(&batch, "batch", 0, "trees deleted per call (1 to 1000; default: the server's)")
 	return cmd
 }
 
-// deleteDryRun lists and counts what a bulk delete would delete: the ended
-// root instances matching the filter.
-func (c *cli) deleteDryRun(ctx context.Context, f sdk.Filter, l listing) error {
+// deletableFilter narrows a bulk delete's filter to what it deletes: the
+// ended root instances; false when it cannot match any.
+func deletableFilter(f sdk.Filter) (sdk.Filter, bool) {
 	f.RootsOnly = true
 	terminal := []sdk.Status{sdk.StatusCompleted, sdk.StatusFailed, sdk.StatusCancelled}
 	if len(f.Statuses) > 0 {
 		terminal = slices.DeleteFunc(slices.Clone(f.Statuses), func(s sdk.Status) bool { return !s.Terminal() })
 	}
+	f.Statuses = terminal
+	return f, len(terminal) > 0
+}
+
+// countDeletable counts the root instances a bulk delete of f would delete.
+func (c *cli) countDeletable(ctx context.Context, f sdk.Filter) (int64, error) {
+	f, ok := deletableFilter(f)
+	if !ok {
+		return 0, nil
+	}
+	counts, err := c.client().Count(ctx, f)
+	if err != nil {
+		return 0, err
+	}
+	return counts.Total, nil
+}
+
+// confirm asks question on a terminal and reports a yes; elsewhere it
+// refuses, asking for --yes.
+func (c *cli) confirm(question string) (bool, error) {
+	if f, ok := c.in.(*os.File); !ok || !isTerminal(f) {
+		return false, usageErrorf("would %s; not on a terminal: add --yes to confirm (or --dry-run to list them)", question[:len(question)-1])
+	}
+	fmt.Fprintf(c.errOut, "%s [y/N] ", question)
+	answer, _ := bufio.NewReader(c.in).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+		return true, nil
+	}
+	fmt.Fprintln(c.errOut, "nothing deleted")
+	return false, nil
+}
+
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// deleteDryRun lists and counts what a bulk delete would delete: the ended
+// root instances matching the filter.
+func (c *cli) deleteDryRun(ctx context.Context, f sdk.Filter, l listing) error {
+	f, ok := deletableFilter(f)
 	var n int64
-	if len(terminal) > 0 {
-		f.Statuses = terminal
-		counts, err := c.client().Count(ctx, f)
-		if err != nil {
+	if ok {
+		var err error
+		if n, err = c.countDeletable(ctx, f); err != nil {
 			return err
 		}
-		n = counts.Total
 		if err := c.listInstances(ctx, f, l); err != nil {
 			return err
 		}

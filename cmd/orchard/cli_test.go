@@ -260,12 +260,25 @@ func TestCLIGolden(t *testing.T) {
 	require.Contains(t, r.err.Error(), "failed precondition")
 	require.Contains(t, s.ok(t, s.client, "instance", "delete", "t", "--force"), "deleted t: 2 instances, 2 executions")
 
+	// Machine formats beside json: a JSON object a line, and YAML.
+	lines := strings.Split(strings.TrimSpace(s.ok(t, s.client, "instances", "list", "--id-prefix", "greet-", "-o", "jsonl")), "\n")
+	require.Len(t, lines, 2)
+	for _, line := range lines {
+		require.True(t, strings.HasPrefix(line, `{"instanceId":"greet-`), line)
+	}
+	require.Contains(t, s.ok(t, s.client, "instances", "list", "--id-prefix", "greet-", "-o", "yaml"), "- instanceId: greet-")
+	require.Contains(t, s.ok(t, s.client, "instances", "count", "-o", "yaml"), "total: 2")
+
 	r = s.run(t, s.client, "instances", "delete", "--id-prefix", "greet-", "--dry-run")
 	require.NoError(t, r.err)
 	require.Contains(t, r.stderr, "dry run: 2 root instances would be deleted")
 	require.Contains(t, r.stdout, "greet-1")
 	require.Contains(t, s.ok(t, s.client, "instances", "count", "-o", "json"), `"total": 2`, "a dry run deletes nothing")
-	r = s.run(t, s.client, "instances", "delete", "--id-prefix", "greet-", "--batch", "1", "-o", "json")
+	r = s.run(t, s.client, "instances", "delete", "--id-prefix", "greet-")
+	require.Equal(t, 2, r.code, "not on a terminal, a bulk delete needs --yes")
+	require.Contains(t, r.err.Error(), "would delete 2 ended root instances with their trees; not on a terminal: add --yes")
+	require.Contains(t, s.ok(t, s.client, "instances", "count", "-o", "json"), `"total": 2`, "an unconfirmed delete deletes nothing")
+	r = s.run(t, s.client, "instances", "delete", "--id-prefix", "greet-", "--completed-before", "now", "--batch", "1", "-o", "json", "--yes")
 	require.NoError(t, r.err)
 	golden(t, "instances_delete_json", r.stdout)
 	require.Contains(t, r.stderr, "deleted 1 instances", "progress after each batch")
