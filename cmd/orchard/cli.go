@@ -65,8 +65,8 @@ request the API rejects as invalid); 3 not found; 4 failed precondition (for
 example deleting a running instance without --force); 5 unauthenticated or
 permission denied; 6 unavailable (the API cannot be reached).`
 
-// addClientFlags adds the flags of the client verbs to the root command:
-// where the API is, the token, and the output format.
+// addClientFlags adds the flags of the client verbs to each of them (not to
+// the servers'): where the API is, the token, and the output format.
 func addClientFlags(f *pflag.FlagSet) {
 	f.String("addr", envString("ORCHARD_ADDR", "http://127.0.0.1:8080"), "URL of the Orchard API, for the client verbs (env ORCHARD_ADDR)")
 	f.String("token", "", "token (JWT) the client verbs send (env ORCHARD_TOKEN)")

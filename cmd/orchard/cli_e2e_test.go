@@ -42,7 +42,7 @@ func TestCLITour(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	addr, ops := freeAddr(t), freeAddr(t)
 
-	dev := exec.Command(bin, "dev", "--demo", "--dir", dir, "--addr", addr, "--ops-addr", ops)
+	dev := exec.Command(bin, "dev", "--demo", "--dir", dir, "--listen", addr, "--ops-addr", ops)
 	devOut := &syncBuffer{}
 	devStdout, err := dev.StdoutPipe()
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,10 +38,10 @@ const (
 
 func devCommand() *cobra.Command {
 	var (
-		dir, addr, opsAddr string
-		port, loops        int
-		fresh, demo        bool
-		janitorInterval    time.Duration
+		dir, listen, opsAddr     string
+		port, loops              int
+		fresh, demo, printTokens bool
+		janitorInterval          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -49,21 +50,28 @@ func devCommand() *cobra.Command {
 in-memory node; otherwise a PostgreSQL cluster from the machine's binaries,
 kept in --dir so data survives a restart; --fresh wipes it), migrates it,
 creates the demo tenant, and runs the API, the dispatchers and the janitor
-(River's tables in the same PostgreSQL database) in this process. It prints tokens for the demo tenant (also written to --dir/tokens)
-and a curl line that works. With --demo it also registers the example
-definitions, runs workers for their activities and starts one orchestration
-of each. Ctrl-C stops everything, the database included.`,
+(River's tables in the same PostgreSQL database) in this process. It writes
+tokens for the demo tenant to --dir/tokens (--print-tokens prints them too)
+and ends its start with a short banner: the API, console and metrics URLs
+and the line that points the client verbs at it. With --demo it also
+registers the example definitions, runs workers for their activities and
+starts one orchestration of each. Ctrl-C stops everything, the database
+included; the database keeps its port from one run to the next.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
-				dir: dir, addr: addr, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo, janitorInterval: janitorInterval,
+				dir: dir, listen: listen, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo,
+				printTokens: printTokens, janitorInterval: janitorInterval,
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", ".orchard/dev", "where the embedded PostgreSQL keeps its data, and the dev keys and tokens")
-	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address of the API")
-	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9090", "address of /metrics, /livez and /readyz (empty: none)")
-	f.IntVar(&port, "db-port", 0, "port of the embedded database (0: a free one)")
+	f.StringVar(&listen, "listen", "127.0.0.1:8080", "listen address of the API (and the console)")
+	// Not 9090, Prometheus's own port: 9464 is where OpenTelemetry's
+	// Prometheus exporters serve by convention.
+	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9464", "listen address of /metrics, /livez and /readyz (empty: none)")
+	f.IntVar(&port, "db-port", 0, "port of the embedded PostgreSQL (0: the one it had last time, else a free one)")
+	f.BoolVar(&printTokens, "print-tokens", false, "print the demo tenant's tokens in full (they are always in --dir/tokens)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")
 	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")
 	f.DurationVar(&janitorInterval, "janitor-interval", time.Minute, "how often the janitor queues retention runs")
@@ -72,10 +80,10 @@ of each. Ctrl-C stops everything, the database included.`,
 }
 
 type devOptions struct {
-	dir, addr, opsAddr string
-	port, loops        int
-	fresh, demo        bool
-	janitorInterval    time.Duration
+	dir, listen, opsAddr     string
+	port, loops              int
+	fresh, demo, printTokens bool
+	janitorInterval          time.Duration
 }
 
 func runDev(ctx context.Context, out io.Writer, o devOptions) error {
@@ -143,7 +151,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	apiCfg := api.Config{
-		Store: st, Verifier: verifier, Minter: minter, Addr: o.addr, TokenKey: deriveKey(secret, "api-tokens"),
+		Store: st, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
 	}
 	if jan != nil {
@@ -187,7 +195,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return stopErr
 	}
 	defer stopServices()
-	stopOps, err := serveOps(tel, o.opsAddr, pool)
+	stopOps, opsURL, err := serveDevOps(tel, o.opsAddr, pool)
 	if err != nil {
 		return err
 	}
@@ -198,14 +206,6 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	base := "http://" + apiSrv.Addr()
-	fmt.Fprintf(out, "tenant: %s\ndatabase: %s\napi: %s\n", devTenant, srv.URL, base)
-	for _, t := range tokens {
-		fmt.Fprintf(out, "%s token: %s\n", t.name, t.token)
-	}
-	fmt.Fprintf(out, "tokens are also in %s (export ORCHARD_TOKEN=$(cat %s))\n",
-		filepath.Join(o.dir, "tokens"), filepath.Join(o.dir, "tokens", "client"))
-	fmt.Fprintf(out, "try: curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{}' %s/orchard.v1.ClientService/CountInstances\n",
-		tokens[0].token, base)
 	if o.demo {
 		stopDemo, err := startDemo(ctx, out, base, tokens[0].token, tokens[1].token, tokens[2].token)
 		if err != nil {
@@ -217,12 +217,52 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "console: %s (signs in as the %s tenant's admin and client, and as platform admin; works once, for 15 minutes)\n", link, devTenant)
-	fmt.Fprintln(out, "ready; Ctrl-C to stop")
+	printDevBanner(out, devBanner{api: base, console: link, ops: opsURL, database: srv.URL, dir: o.dir, tokens: tokens, printTokens: o.printTokens})
 
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping")
 	return stopServices()
+}
+
+// serveDevOps serves the ops endpoint and returns its URL (empty: none).
+func serveDevOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), url string, err error) {
+	stop, err = serveOps(tel, addr, pool)
+	if err != nil || addr == "" {
+		return stop, "", err
+	}
+	return stop, "http://" + addr, nil
+}
+
+// devBanner is what `orchard dev` says once it is ready.
+type devBanner struct {
+	api, console, ops, database, dir string
+	tokens                           []devToken
+	printTokens                      bool
+}
+
+// printDevBanner prints a few lines that matter, after the start's logs:
+// where things are, and the line that points the client verbs here.
+func printDevBanner(out io.Writer, b devBanner) {
+	tokensDir := filepath.Join(b.dir, "tokens")
+	names := make([]string, len(b.tokens))
+	for i, t := range b.tokens {
+		names[i] = t.name
+	}
+	fmt.Fprintf(out, "\nOrchard dev: tenant %q\n", devTenant)
+	fmt.Fprintf(out, "api:      %s\n", b.api)
+	fmt.Fprintf(out, "console: %s (one sign-in, within 15 minutes)\n", b.console)
+	if b.ops != "" {
+		fmt.Fprintf(out, "metrics:  %s/metrics\n", b.ops)
+	}
+	fmt.Fprintf(out, "database: %s\n", b.database)
+	fmt.Fprintf(out, "tokens:   %s/{%s}\n", tokensDir, strings.Join(names, ","))
+	if b.printTokens {
+		for _, t := range b.tokens {
+			fmt.Fprintf(out, "%s token: %s\n", t.name, t.token)
+		}
+	}
+	fmt.Fprintf(out, "\n  export ORCHARD_ADDR=%s ORCHARD_TOKEN=$(cat %s)\n\n", b.api, filepath.Join(tokensDir, "client"))
+	fmt.Fprintln(out, "ready; Ctrl-C to stop")
 }
 
 // devSecret is the dev server's secret for page and task tokens, kept in

@@ -68,7 +68,6 @@ func rootCommand() *cobra.Command {
 	build := currentBuild()
 	root.Version = build.Version
 	root.SetVersionTemplate(build.String())
-	addClientFlags(root.PersistentFlags())
 	logFormat, logLevel := addLogFlags(root.PersistentFlags())
 	// Before any command runs: a bad ORCHARD_* value stops the process,
 	// naming the variable, and the logs take their format and level.
@@ -78,7 +77,21 @@ func rootCommand() *cobra.Command {
 		}
 		return checkEnvBeforeRun()
 	}
-	root.AddCommand(migrateCommand(), devCommand(), dispatcherCommand(), apiCommand(), janitorCommand(), loadtestCommand(), versionCommand())
-	root.AddCommand(clientCommands()...)
+	// The root help lists the servers and the clients apart; only the
+	// clients take --addr, --token and --output.
+	root.AddGroup(
+		&cobra.Group{ID: "server", Title: "Servers and the migrator (they use the database directly):"},
+		&cobra.Group{ID: "client", Title: "Clients (call the API at --addr with --token):"},
+	)
+	for _, c := range []*cobra.Command{devCommand(), apiCommand(), dispatcherCommand(), janitorCommand(), migrateCommand()} {
+		c.GroupID = "server"
+		root.AddCommand(c)
+	}
+	for _, c := range append(clientCommands(), loadtestCommand()) {
+		c.GroupID = "client"
+		addClientFlags(c.PersistentFlags())
+		root.AddCommand(c)
+	}
+	root.AddCommand(versionCommand())
 	return root
 }

@@ -62,7 +62,7 @@ func (b buildInfo) String() string {
 }
 
 func versionCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit, build date and Go version (-o json for JSON)",
 		Args:  cobra.NoArgs,
@@ -77,4 +77,6 @@ func versionCommand() *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().StringP("output", "o", "table", "output format: table or json")
+	return cmd
 }
