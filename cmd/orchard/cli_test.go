@@ -10,8 +10,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"io"
@@ -83,6 +81,8 @@ steps:
 type cliSystem struct {
 	url                                  string
 	client, tenantAdmin, platform, other string
+	// keyFile holds the API's signing key (PEM), for offline minting.
+	keyFile string
 }
 
 func newCLISystem(t *testing.T) *cliSystem {
@@ -90,13 +90,16 @@ func newCLISystem(t *testing.T) *cliSystem {
 	quiet := slog.New(slog.DiscardHandler)
 	pool := testdb.Pool(t, 20)
 	st := crdb.New(pool, crdb.Options{Logger: quiet})
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	privPEM, _, err := tenancy.GenerateKeyPairPEM()
 	require.NoError(t, err)
-	const issuer, audience = "https://orchard.test", "orchard"
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience})
+	keyFile := filepath.Join(t.TempDir(), "signing-key.pem")
+	require.NoError(t, os.WriteFile(keyFile, privPEM, 0o600))
+	priv, err := tenancy.ParsePrivateKeyPEM(privPEM)
+	require.NoError(t, err)
+	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: cliIssuer, Audience: cliAudience})
 	require.NoError(t, err)
 	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
+		Issuer: cliIssuer, Audience: cliAudience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
 	})
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet, MaxPoll: 20 * time.Millisecond})
@@ -126,7 +129,28 @@ func newCLISystem(t *testing.T) *cliSystem {
 		tenantAdmin: mint(cliTenant, tenancy.RoleTenantAdmin, tenancy.RoleClient),
 		platform:    mint("", tenancy.RolePlatformAdmin),
 		other:       mint(cliTenant, tenancy.RoleWorker),
+		keyFile:     keyFile,
 	}
+}
+
+// The token issuer and audience of the CLI tests' API.
+const cliIssuer, cliAudience = "https://orchard.test", "orchard"
+
+// A fresh deployment's first platform-admin token comes from the signing key,
+// without the API; the API accepts it.
+func TestCLIMintsOfflineFromTheSigningKey(t *testing.T) {
+	t.Parallel()
+	s := newCLISystem(t)
+	r := s.run(t, "", "token", "mint", "--key-file", s.keyFile, "--role", "platform-admin")
+	require.Equal(t, 2, r.code, "the issuer and audience are needed")
+	require.Contains(t, r.err.Error(), "--jwt-issuer and --jwt-audience")
+
+	admin := strings.TrimSpace(s.ok(t, "", "token", "mint", "--key-file", s.keyFile,
+		"--jwt-issuer", cliIssuer, "--jwt-audience", cliAudience, "--role", "platform-admin", "--ttl", "1h"))
+	require.Contains(t, s.ok(t, admin, "tenant", "list"), cliTenant)
+	client := strings.TrimSpace(s.ok(t, "", "token", "mint", "--key-file", s.keyFile,
+		"--jwt-issuer", cliIssuer, "--jwt-audience", cliAudience, "--tenant", cliTenant, "--role", "client"))
+	require.Contains(t, s.ok(t, client, "instances", "count"), "Total")
 }
 
 // result is what a run of the command printed, and its exit code.
@@ -380,7 +404,7 @@ func TestCLIExitCodes(t *testing.T) {
 		{"unknown verb", s.client, []string{"instance", "frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"bad time", s.client, []string{"instances", "list", "--created-after", "yesterday"}, 2, "invalid time"},
 		{"bad status", s.client, []string{"instances", "list", "--status", "sleeping"}, 2, "unknown status"},
-		{"bad output", s.client, []string{"instances", "list", "-o", "yaml"}, 2, "--output must be table or json"},
+		{"bad output", s.client, []string{"instances", "list", "-o", "xml"}, 2, "--output must be table, json, jsonl or yaml"},
 		{"bad input", s.client, []string{"start", "wait", "--input", "{"}, 2, "--input is not valid JSON"},
 		{"no filter", s.client, []string{"instances", "delete"}, 2, "at least one filter"},
 		{"missing file", s.tenantAdmin, []string{"definition", "register", "/no/such/file.yaml"}, 2, "no such file"},
