@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
@@ -25,6 +29,7 @@ const TokenEnv = "ORCHARD_TOKEN"
 type Client struct {
 	baseURL     string
 	retry       RetryPolicy
+	tracer      trace.Tracer
 	clients     orchardv1connect.ClientServiceClient
 	workers     orchardv1connect.WorkerServiceClient
 	definitions orchardv1connect.DefinitionServiceClient
@@ -39,6 +44,16 @@ type clientOptions struct {
 	httpClient  connect.HTTPClient
 	retry       RetryPolicy
 	connectOpts []connect.ClientOption
+	tracer      trace.TracerProvider
+	propagator  propagation.TextMapPropagator
+}
+
+// WithTracing sets the OpenTelemetry tracer provider and propagator of the
+// client's spans (default: the global ones, otel.GetTracerProvider and
+// otel.GetTextMapPropagator). Every call carries the caller's trace context
+// to the API, so that a trace runs from the application into Orchard.
+func WithTracing(tp trace.TracerProvider, p propagation.TextMapPropagator) Option {
+	return func(o *clientOptions) { o.tracer, o.propagator = tp, p }
 }
 
 // WithToken sets the Bearer token (a JWT) sent with every call, instead of
@@ -193,8 +208,30 @@ func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClien
 		o.token = os.Getenv(TokenEnv)
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
-	copts := append([]connect.ClientOption{connect.WithInterceptors(bearer(strings.TrimSpace(o.token)))}, o.connectOpts...)
-	return &Client{baseURL: baseURL, retry: o.retry.withDefaults()}, o.httpClient, copts
+	interceptors := []connect.Interceptor{bearer(strings.TrimSpace(o.token))}
+	// NewInterceptor fails only making metric instruments, which are off.
+	if tracing, err := otelconnect.NewInterceptor(tracingOptions(o)...); err == nil {
+		interceptors = append([]connect.Interceptor{tracing}, interceptors...)
+	}
+	copts := append([]connect.ClientOption{connect.WithInterceptors(interceptors...)}, o.connectOpts...)
+	tp := o.tracer
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")}, o.httpClient, copts
+}
+
+// tracingOptions configure the client's otelconnect interceptor: spans
+// only (metrics are the application's to choose), from the providers given.
+func tracingOptions(o clientOptions) []otelconnect.Option {
+	opts := []otelconnect.Option{otelconnect.WithoutMetrics()}
+	if o.tracer != nil {
+		opts = append(opts, otelconnect.WithTracerProvider(o.tracer))
+	}
+	if o.propagator != nil {
+		opts = append(opts, otelconnect.WithPropagator(o.propagator))
+	}
+	return opts
 }
 
 // BaseURL is the API's URL the client calls.

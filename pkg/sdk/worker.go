@@ -17,6 +17,9 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -414,6 +417,12 @@ func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
 		slog.String("activity", info.Name), slog.Int("attempt", info.Attempt))
 	ctx, cancel := context.WithCancelCause(context.WithValue(base, activityInfoKey{}, info))
 	defer cancel(nil)
+	// The handler runs in a span of its own; the calls it makes through an
+	// SDK client carry it on.
+	ctx, span := w.client.tracer.Start(ctx, "orchard.activity "+info.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("orchard.task_queue", info.TaskQueue), attribute.String("orchard.instance", info.InstanceID),
+			attribute.Int64("orchard.activity_id", info.ActivityID), attribute.Int("orchard.attempt", info.Attempt)))
+	defer span.End()
 
 	expires := fromTimestamp(t.GetLeaseExpiresAt())
 	if expires.IsZero() {
@@ -426,6 +435,9 @@ func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
 		w.heartbeat(base, t.GetTaskToken(), expires, stopBeats, cancel, log)
 	}()
 	result, err := w.invoke(ctx, t.GetName(), t.GetInput())
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	close(stopBeats)
 	<-beatsDone
 

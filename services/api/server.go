@@ -159,7 +159,9 @@ func New(cfg Config) (*Server, error) {
 		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants, cfg.Logger),
 		draining: make(chan struct{}),
 	}
-	var otelOpts []otelconnect.Option
+	// The caller's trace context is trusted: a tenant's spans and ours make
+	// one trace, which is what the tenant's operators want to follow.
+	otelOpts := []otelconnect.Option{otelconnect.WithTrustRemote()}
 	if cfg.TracerProvider != nil {
 		otelOpts = append(otelOpts, otelconnect.WithTracerProvider(cfg.TracerProvider))
 	}
