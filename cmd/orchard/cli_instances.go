@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/orchardhq/orchard/pkg/sdk"
 )
@@ -833,6 +834,10 @@ stderr.`,
 				if err != nil {
 					return err
 				}
+				if n == 0 {
+					fmt.Fprintln(c.errOut, "no ended root instance matches: nothing to delete")
+					return nil
+				}
 				if ok, err := c.confirm(fmt.Sprintf("delete %d ended root instances with their trees?", n)); !ok || err != nil {
 					return err
 				}
@@ -905,11 +910,8 @@ func (c *cli) confirm(question string) (bool, error) {
 	return false, nil
 }
 
-// isTerminal reports whether f is a terminal (a character device).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// isTerminal reports whether f is a terminal (not /dev/null, a pipe or a file).
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // deleteDryRun lists and counts what a bulk delete would delete: the ended
 // root instances matching the filter.
