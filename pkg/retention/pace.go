@@ -12,7 +12,7 @@ import (
 // everything else: each batch's time per row is compared with the lowest
 // time per row seen lately (what a batch costs on an otherwise quiet
 // database). While batches run near that base, the share of time spent
-// deleting (the duty) grows step by step up to MaxDuty; when a batch runs
+// deleting (the duty) grows step by step up to its ceiling; when a batch runs
 // markedly slower, others are using the database, and the duty is halved.
 // After a batch that took d, a worker rests d*(1-duty)/duty.
 //
@@ -39,8 +39,10 @@ const (
 	// the pacer yields: 1.5, half as slow again.
 	slowdown = 1.5
 	// minDuty keeps retention moving however busy the database is: one
-	// part in twenty of a worker's time.
-	minDuty = 0.05
+	// part in five of a worker's time, so a platform that is always busy
+	// still deletes at a fifth of the speed and its backlog cannot grow
+	// without bound.
+	minDuty = 0.2
 	// dutyStep is how much the duty grows after a batch near the base.
 	dutyStep = 0.05
 )

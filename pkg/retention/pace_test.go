@@ -41,8 +41,8 @@ func TestPacerYieldsWhenBatchesSlowDownAndComesBack(t *testing.T) {
 	if p.Duty() != minDuty {
 		t.Fatalf("while the database stays busy the duty falls to its floor %v, got %v", minDuty, p.Duty())
 	}
-	if rest := p.observe(300*time.Millisecond, 1000); rest != 19*300*time.Millisecond {
-		t.Fatalf("at the floor a worker rests 19 times its batch, got %v", rest)
+	if rest := p.observe(300*time.Millisecond, 1000); rest != 4*300*time.Millisecond {
+		t.Fatalf("at the floor a worker rests 4 times its batch, got %v", rest)
 	}
 	// Quiet again: the duty grows back step by step.
 	p.observe(100*time.Millisecond, 1000)
@@ -109,7 +109,7 @@ func TestPacerRestEndsWithTheContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	// An hour's batch at the floor would rest 19 hours; a cancelled
+	// An hour's batch at the floor would rest 4 hours; a cancelled
 	// context returns at once.
 	p.rest(ctx, time.Hour, 1000)
 	var nilPacer *Pacer

@@ -23,7 +23,7 @@ func withJanitor(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *api.Conf
 	_, err := janitor.Migrate(t.Context(), pool, "")
 	require.NoError(t, err)
 	j, err := janitor.New(janitor.Config{
-		Store: st, RiverPool: pool, Interval: time.Hour, Logger: quiet(),
+		Store: st, RiverPool: pool, Interval: time.Hour, Logger: quiet(), Unpaced: true,
 		PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
 	})
 	require.NoError(t, err)

@@ -117,7 +117,9 @@ func (j *Janitor) retention(ctx context.Context, job *river.Job[retentionArgs]) 
 		Now: j.cfg.Clock.Now(), PageSize: j.cfg.PageSize, Deadline: started.Add(j.cfg.JobBudget), Pacer: j.pacer,
 		OnBatch: func(b retention.Result) {
 			j.cfg.Metrics.deleted(ctx, b)
-			j.cfg.Metrics.duty(ctx, j.pacer.Duty())
+			if j.pacer != nil {
+				j.cfg.Metrics.duty(ctx, j.pacer.Duty())
+			}
 			step := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, Result: auditResult(b)}
 			if err := j.cfg.Store.FinishAudit(context.WithoutCancel(ctx), step); err != nil && progressErr == nil {
 				progressErr = err
