@@ -24,7 +24,7 @@ func apiCommand() *cobra.Command {
 	var (
 		listen, databaseURL, opsAddr           string
 		publicKeyFile, jwksURL, signingKeyFile string
-		issuer, audience, secret               string
+		issuer, audience, secret, hints        string
 		algorithms                             []string
 		maxMessageBytes                        int
 		drain, shutdownDelay                   time.Duration
@@ -101,8 +101,13 @@ must share --secret, which signs page and task tokens.`,
 			if withConsole {
 				cons = console.New(console.Config{})
 			}
+			notifier, closeHints, err := openHints(ctx, pool, hints)
+			if err != nil {
+				return err
+			}
+			defer closeHints()
 			srv, err := api.New(api.Config{
-				Store: st, Verifier: verifier, Minter: minter, Addr: listen,
+				Store: st, Notifier: notifier, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
 			})
@@ -125,6 +130,7 @@ must share --secret, which signs page and task tokens.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", envString("ORCHARD_API_ADDR", ":8080"), "listen address (env ORCHARD_API_ADDR)")
 	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9091"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
+	addHintsFlag(f, &hints)
 	f.StringVar(&databaseURL, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&publicKeyFile, "jwt-public-key-file", envString("ORCHARD_JWT_PUBLIC_KEY_FILE", ""),
 		"PEM file of the public keys that verify tokens (env ORCHARD_JWT_PUBLIC_KEY_FILE)")

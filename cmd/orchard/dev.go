@@ -38,10 +38,10 @@ const (
 
 func devCommand() *cobra.Command {
 	var (
-		dir, listen, opsAddr     string
-		port, loops              int
-		fresh, demo, printTokens bool
-		janitorInterval          time.Duration
+		dir, listen, opsAddr, hints string
+		port, loops                 int
+		fresh, demo, printTokens    bool
+		janitorInterval             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -60,7 +60,7 @@ included; the database keeps its port from one run to the next.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), cmd.OutOrStdout(), devOptions{
 				dir: dir, listen: listen, opsAddr: opsAddr, port: port, loops: loops, fresh: fresh, demo: demo,
-				printTokens: printTokens, janitorInterval: janitorInterval,
+				printTokens: printTokens, janitorInterval: janitorInterval, hints: hints,
 			})
 		},
 	}
@@ -73,6 +73,7 @@ included; the database keeps its port from one run to the next.`,
 	f.IntVar(&port, "db-port", 0, "port of the embedded PostgreSQL (0: the one it had last time, else a free one)")
 	f.BoolVar(&printTokens, "print-tokens", false, "print the demo tenant's tokens in full (they are always in --dir/tokens)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")
+	addHintsFlag(f, &hints)
 	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")
 	f.DurationVar(&janitorInterval, "janitor-interval", time.Minute, "how often the janitor queues retention runs")
 	f.BoolVar(&demo, "demo", false, "register the example definitions, run demo workers and start a few orchestrations")
@@ -80,10 +81,10 @@ included; the database keeps its port from one run to the next.`,
 }
 
 type devOptions struct {
-	dir, listen, opsAddr     string
-	port, loops              int
-	fresh, demo, printTokens bool
-	janitorInterval          time.Duration
+	dir, listen, opsAddr, hints string
+	port, loops                 int
+	fresh, demo, printTokens    bool
+	janitorInterval             time.Duration
 }
 
 func runDev(ctx context.Context, out io.Writer, o devOptions) error {
@@ -150,8 +151,16 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
+	// The API and the dispatchers share hints in this process: a
+	// scheduled task reaches a waiting poll, a queued message an idle
+	// dispatcher loop, an ended instance its WaitForCompletion, at once.
+	hints, closeHints, err := openHints(ctx, pool, o.hints)
+	if err != nil {
+		return err
+	}
+	defer closeHints()
 	apiCfg := api.Config{
-		Store: st, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
+		Store: st, Notifier: hints, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
 	}
 	if jan != nil {
@@ -168,7 +177,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	disp, err := dispatcher.New(dispatcher.Config{Store: st, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics})
+	disp, err := dispatcher.New(dispatcher.Config{Store: st, Notifier: hints, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics})
 	if err != nil {
 		return err
 	}

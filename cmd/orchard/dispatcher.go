@@ -19,9 +19,9 @@ import (
 
 func dispatcherCommand() *cobra.Command {
 	var (
-		url, opsAddr, tenant string
-		loops, batch         int
-		lease, drain         time.Duration
+		url, opsAddr, tenant, hints string
+		loops, batch                int
+		lease, drain                time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -52,8 +52,13 @@ answers 503 from the moment the drain starts.`,
 			if err != nil {
 				return err
 			}
+			notifier, closeHints, err := openHints(ctx, pool, hints)
+			if err != nil {
+				return err
+			}
+			defer closeHints()
 			d, err := dispatcher.New(dispatcher.Config{
-				Store: crdb.New(pool, crdb.Options{}), Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
+				Store: crdb.New(pool, crdb.Options{}), Notifier: notifier, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
 				TracerProvider: tel.TracerProvider, Metrics: metrics,
 			})
 			if err != nil {
@@ -79,6 +84,7 @@ answers 503 from the moment the drain starts.`,
 	f := cmd.Flags()
 	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
+	addHintsFlag(f, &hints)
 	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
 	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
 	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", 8), "instances per fetch and per ack (env ORCHARD_DISPATCHER_BATCH)")

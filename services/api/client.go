@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -90,6 +91,9 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 		p.Retention = &store.Retention{Completed: d, Failed: d, Cancelled: d}
 	}
 	res, err := c.s.store.StartOrchestration(ctx, p)
+	if err == nil {
+		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
+	}
 	if errors.Is(err, store.ErrAlreadyExists) && m.InstanceId != "" {
 		// A retry of the same start answers with the instance it started.
 		in, gerr := c.s.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: t.TenantID, InstanceID: id})
@@ -114,10 +118,14 @@ func (c *clientService) enqueue(ctx context.Context, instanceID string, msg engi
 	if err != nil {
 		return err
 	}
-	_, err = c.s.store.Enqueue(ctx, &store.EnqueueParams{
-		TenantID: tenantOf(ctx).TenantID, InstanceID: instanceID, Message: store.Message{Kind: kind, Payload: body},
-	})
-	return err
+	tenant := tenantOf(ctx).TenantID
+	if _, err = c.s.store.Enqueue(ctx, &store.EnqueueParams{
+		TenantID: tenant, InstanceID: instanceID, Message: store.Message{Kind: kind, Payload: body},
+	}); err != nil {
+		return err
+	}
+	c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: tenant})
+	return nil
 }
 
 func (c *clientService) RaiseEvent(ctx context.Context, req *connect.Request[orchardv1.RaiseEventRequest]) (*connect.Response[orchardv1.RaiseEventResponse], error) {
@@ -167,14 +175,17 @@ func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time 
 	return deadline
 }
 
-// pollUntil calls try, with jittered waits doubling from MinPoll to MaxPoll
-// between calls, until it reports done, the deadline passes, the server
-// drains or ctx ends (then ctx's error). It reports whether try was done.
-func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (bool, error)) (bool, error) {
+// pollUntil calls try until it reports done, the deadline passes, the
+// server drains or ctx ends (then ctx's error). Between calls it waits for a
+// hint on wake (see package notify), or at most a jittered wait that
+// doubles from MinPoll to MaxPoll, since a hint may be lost. It reports
+// whether try was done.
+func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan struct{}, try func() (bool, error)) (bool, error) {
 	waits := &backoff.ExponentialBackOff{InitialInterval: s.cfg.MinPoll, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)
 	for {
+		s.longPollQueries.Add(1)
 		done, err := try()
 		if err != nil || done {
 			return done, err
@@ -191,6 +202,8 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (
 		case <-s.draining:
 			t.Stop()
 			return false, nil
+		case <-wake:
+			t.Stop()
 		case <-t.C:
 		}
 	}
@@ -199,7 +212,9 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, try func() (
 func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Request[orchardv1.WaitForCompletionRequest]) (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
 	deadline := longPollDeadline(ctx, req.Msg.Timeout)
 	var in *store.Instance
-	done, err := c.s.pollUntil(ctx, deadline, func() (bool, error) {
+	sub := c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenantOf(ctx).TenantID, Key: req.Msg.InstanceId})
+	defer sub.Close()
+	done, err := c.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
 		var err error
 		in, err = c.getInstance(ctx, req.Msg.InstanceId)
 		return err == nil && in.Status.Terminal(), err

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
@@ -77,8 +78,16 @@ type Config struct {
 	EraseGrace time.Duration
 	// MinPoll and MaxPoll bound the store polling of the long polls
 	// (WaitForCompletion, PollActivityTask): the wait doubles from MinPoll
-	// to MaxPoll (defaults 5ms and 250ms).
+	// to MaxPoll (defaults 5ms and 250ms). A hint from Notifier ends a
+	// wait early.
 	MinPoll, MaxPoll time.Duration
+	// Notifier carries hints between the API and the dispatchers: the API
+	// sends one when it queues messages for an instance (start, event,
+	// cancel, an activity's result), and its long polls wake on the hints
+	// of scheduled tasks and ended instances. Share one with the
+	// dispatchers of this process (default: one of this server's own,
+	// which only its own calls reach).
+	Notifier notify.Notifier
 	// Console, when set, is served at /console/ beside the API: the web
 	// console (services/console), whose pages call this API like any
 	// client. Nil: no console.
@@ -101,6 +110,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Notifier == nil {
+		c.Notifier = notify.NewLocal()
 	}
 	if c.RateLimiter == nil {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
@@ -136,8 +148,11 @@ type Server struct {
 	// draining closes at Stop: long polls end early with what they have.
 	draining  chan struct{}
 	drainOnce sync.Once
-	// longPolls counts the long polls waiting.
-	longPolls atomic.Int64
+	// longPolls counts the long polls waiting; longPollQueries the store
+	// queries they made.
+	longPolls       atomic.Int64
+	longPollQueries atomic.Int64
+	notifier        notify.Notifier
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -158,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		tokens:   tokenCodec{key: cfg.TokenKey},
 		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants, cfg.Logger),
 		draining: make(chan struct{}),
+		notifier: cfg.Notifier,
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.
@@ -200,6 +216,10 @@ func New(cfg Config) (*Server, error) {
 	s.handler = mux
 	return s, nil
 }
+
+// LongPollQueries is the number of store queries the long polls have made
+// (each poll's first and every one after a wait): what hints save.
+func (s *Server) LongPollQueries() int64 { return s.longPollQueries.Load() }
 
 // Handler serves every service; mount it on a server that speaks HTTP/1.1
 // and unencrypted HTTP/2 (Protocols), or use Start.

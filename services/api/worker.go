@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
@@ -28,7 +29,9 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 	}
 	deadline := longPollDeadline(ctx, m.Wait)
 	var item *store.WorkItem
-	_, err := w.s.pollUntil(ctx, deadline, func() (bool, error) {
+	sub := w.s.notifier.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: t.TenantID, Key: m.TaskQueue})
+	defer sub.Close()
+	_, err := w.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
 		var err error
 		item, err = w.s.store.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease})
 		return item != nil, err
@@ -77,7 +80,9 @@ func (w *workerService) release(ctx context.Context, item *store.WorkItem) {
 	if err := w.s.store.AbandonWorkItem(rctx, &store.AbandonWorkItemParams{Lease: item.Lease}); err != nil {
 		w.s.log.WarnContext(ctx, "api: could not release a task leased for a worker that went away",
 			slog.String("tenant", item.Lease.TenantID), slog.Any("error", err))
+		return
 	}
+	w.s.notifier.Notify(rctx, notify.Topic{Kind: notify.Tasks, TenantID: item.Lease.TenantID, Key: item.TaskQueue})
 }
 
 // lease opens a task token of the calling tenant.
@@ -111,7 +116,11 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	if err != nil {
 		return err
 	}
-	return w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body}})
+	if err := w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body}}); err != nil {
+		return err
+	}
+	w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
+	return nil
 }
 
 func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {

@@ -20,10 +20,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cenkalti/backoff/v5"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -57,6 +58,12 @@ type Config struct {
 	DefinitionCacheSize int
 	// PolicyTTL is how long a tenant's limits are cached (default 30s).
 	PolicyTTL time.Duration
+	// Notifier carries hints: the dispatcher's idle loops wake on a hint
+	// that messages are queued for an instance, and its acks send hints of
+	// the tasks they schedule, the messages they queue and the instances
+	// they end. Share one with the API of this process (default: one of
+	// this dispatcher's own).
+	Notifier notify.Notifier
 	// MaxTurnAttempts is how many turns of an instance in a row may die
 	// before they end (the process crashed, out of memory say, or the turn
 	// overran its lease) before the instance is failed instead of run again,
@@ -84,6 +91,9 @@ func (c *Config) withDefaults() error {
 	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll || c.MaxTurnAttempts < 0 {
 		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
+	}
+	if c.Notifier == nil {
+		c.Notifier = notify.NewLocal()
 	}
 	if c.Clock == nil {
 		c.Clock = store.SystemClock{}
@@ -123,6 +133,10 @@ type Dispatcher struct {
 	// fetched a full batch expects more work waiting.
 	wakeMu sync.Mutex
 	wake   chan struct{}
+	// kick wakes one idle loop: a hint came that messages are queued. It
+	// holds one value, so that a hint that comes while every loop is busy
+	// makes the next loop to idle look once more before it sleeps.
+	kick chan struct{}
 	// beforeAck, set by tests, runs between a batch's turns and its ack.
 	beforeAck func(ctx context.Context, items []*store.OrchestrationItem)
 }
@@ -157,6 +171,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		metrics: cfg.Metrics,
 	}
 	d.wake = make(chan struct{})
+	d.kick = make(chan struct{}, 1)
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
 	d.policies = newPolicyCache(cfg.Store, cfg.PolicyTTL)
 	return d, nil
@@ -175,6 +190,23 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	fetchCtx, stopFetch := context.WithCancel(ctx)
 	d.stopFetch, d.abortTurns = stopFetch, abortTurns
 	context.AfterFunc(ctx, abortTurns)
+	hints := d.cfg.Notifier.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: d.cfg.TenantID})
+	d.loopsDone.Add(1)
+	go func() {
+		defer d.loopsDone.Done()
+		defer hints.Close()
+		for {
+			select {
+			case <-hints.C:
+				select {
+				case d.kick <- struct{}{}:
+				default:
+				}
+			case <-fetchCtx.Done():
+				return
+			}
+		}
+	}()
 	for i := range d.cfg.Loops {
 		d.loopsDone.Add(1)
 		go func() {
@@ -281,8 +313,8 @@ func failureBackoff() *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Second}
 }
 
-// sleep waits for wait, or until another loop wakes the idle ones, or ctx
-// ends; false when ctx ended.
+// sleep waits for wait, or until another loop wakes the idle ones, or a
+// hint wakes this one, or ctx ends; false when ctx ended.
 func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) bool {
 	d.wakeMu.Lock()
 	wake := d.wake
@@ -292,6 +324,7 @@ func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) bool {
 	select {
 	case <-t.C:
 	case <-wake:
+	case <-d.kick:
 	case <-ctx.Done():
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orchardhq/orchard/pkg/engine"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -81,8 +82,12 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 		}
 		return fmt.Errorf("ack %d turns: %w", len(turns), err)
 	}
+	var hints []notify.Topic
 	for i, t := range turns {
 		it := t.item
+		if results[i] == nil {
+			hints = appendHints(hints, t.ack)
+		}
 		switch {
 		case errors.Is(results[i], store.ErrLeaseLost):
 			d.stats.leaseLosses.Add(1)
@@ -103,7 +108,31 @@ func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationI
 			}
 		}
 	}
+	d.cfg.Notifier.Notify(ctx, hints...)
 	return nil
+}
+
+// appendHints appends the hints of an acked turn: a task for each activity
+// due now, messages queued for instances when it sent any due now (or
+// started children, or continued as new), and its instance's end.
+func appendHints(hints []notify.Topic, ack *store.AckOrchestrationItemParams) []notify.Topic {
+	tenant := ack.Lease.TenantID
+	for _, a := range ack.Activities {
+		if a.Delay <= 0 {
+			hints = append(hints, notify.Topic{Kind: notify.Tasks, TenantID: tenant, Key: a.TaskQueue})
+		}
+	}
+	queued := len(ack.Children) > 0 || ack.Status == store.StatusContinuedAsNew
+	for _, m := range ack.Messages {
+		queued = queued || m.Delay <= 0
+	}
+	if queued {
+		hints = append(hints, notify.Topic{Kind: notify.Orchestrations, TenantID: tenant})
+	}
+	if ack.Status.Terminal() {
+		hints = append(hints, notify.Topic{Kind: notify.Ended, TenantID: tenant, Key: ack.Lease.InstanceID})
+	}
+	return hints
 }
 
 // ackOneByOne acks each turn in its own transaction; a turn whose ack is

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/pflag"
+
+	"github.com/orchardhq/orchard/pkg/notify"
+	"github.com/orchardhq/orchard/schema"
+)
+
+// addHintsFlag adds --hints: how the API and the dispatchers tell each other
+// that work waits (see package notify).
+func addHintsFlag(f *pflag.FlagSet, mode *string) {
+	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "local"),
+		"how hints of waiting work travel: local (within this process) or postgres (LISTEN/NOTIFY between processes; PostgreSQL only) (env ORCHARD_HINTS)")
+}
+
+// openHints returns the notifier --hints names, and what closes it.
+func openHints(ctx context.Context, pool *pgxpool.Pool, mode string) (notify.Notifier, func(), error) {
+	switch mode {
+	case "local":
+		return notify.NewLocal(), func() {}, nil
+	case "postgres":
+		cockroach, err := schema.IsCockroach(ctx, pool)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cockroach {
+			return nil, nil, configError{errors.New("--hints postgres: CockroachDB has no LISTEN/NOTIFY; use local")}
+		}
+		p, err := notify.NewPostgres(ctx, pool, slog.Default())
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, p.Close, nil
+	default:
+		return nil, nil, configError{fmt.Errorf("--hints (ORCHARD_HINTS): %q is not local or postgres", mode)}
+	}
+}

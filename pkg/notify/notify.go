@@ -1,0 +1,180 @@
+// Package notify carries hints that work is waiting, so that whoever waits
+// for it looks now instead of at its next poll: a long poll of a task
+// queue when an activity is scheduled, a dispatcher when messages are
+// queued for an instance, a WaitForCompletion when its instance ends.
+//
+// A hint is only a hint. Correctness stays with the database: a waiter
+// that misses a hint finds the work at its next poll, a hint for work that
+// is gone costs one empty query. So a Notifier never blocks, never fails,
+// and may drop hints; nothing may wait for a hint without a poll interval
+// behind it.
+//
+// Local is the in-process notifier (orchard dev, or an API and a
+// dispatcher in one process). Postgres carries hints across processes with
+// LISTEN/NOTIFY, for PostgreSQL deployments and tests; CockroachDB has no
+// LISTEN/NOTIFY (see the package README for the design there).
+package notify
+
+import (
+	"context"
+	"sync"
+)
+
+// Kind is what a hint says is waiting.
+type Kind uint8
+
+const (
+	// Orchestrations: messages are queued for an instance of the tenant (a
+	// start, an activity's result, an event, a child's result). Waited
+	// for by dispatchers.
+	Orchestrations Kind = iota + 1
+	// Tasks: an activity task is queued in a task queue (Key) of the
+	// tenant. Waited for by PollActivityTask.
+	Tasks
+	// Ended: an instance (Key) of the tenant ended. Waited for by
+	// WaitForCompletion.
+	Ended
+)
+
+// Topic is what a hint is about. A subscription with an empty TenantID
+// and Key hears every tenant's hints of its kind.
+type Topic struct {
+	Kind     Kind
+	TenantID string
+	Key      string
+}
+
+// wildcard is the topic of every tenant's hints of t's kind.
+func (t Topic) wildcard() Topic { return Topic{Kind: t.Kind} }
+
+// Notifier delivers hints to subscribers.
+type Notifier interface {
+	// Notify sends a hint for each topic; a topic given n times wakes up
+	// to n subscribers (n tasks were queued). It never blocks on a
+	// subscriber and never fails.
+	Notify(ctx context.Context, topics ...Topic)
+	// Subscribe starts listening to a topic. Close the subscription when
+	// done waiting.
+	Subscribe(t Topic) *Subscription
+}
+
+// Subscription receives a topic's hints on C: one value stands for any
+// number of hints since the last receive.
+type Subscription struct {
+	C     <-chan struct{}
+	c     chan struct{}
+	topic Topic
+	hub   *Local
+}
+
+// Close stops the subscription. A hint it received but did not consume
+// (its waiter found the work on its own, or gave up) passes to another
+// subscriber of the topic, so that it is not lost.
+func (s *Subscription) Close() {
+	if s == nil || s.hub == nil {
+		return
+	}
+	s.hub.unsubscribe(s)
+}
+
+// Local is the in-process Notifier. Tasks and Orchestrations hints each
+// wake one idle subscriber (one task is taken by one poller); Ended hints
+// wake every subscriber of the instance. The zero value is not usable:
+// NewLocal.
+type Local struct {
+	mu   sync.Mutex
+	subs map[Topic][]*Subscription
+	// next rotates the one-subscriber deliveries over a topic's subscribers.
+	next map[Topic]int
+}
+
+// NewLocal returns an in-process notifier.
+func NewLocal() *Local {
+	return &Local{subs: map[Topic][]*Subscription{}, next: map[Topic]int{}}
+}
+
+// Subscribe listens to a topic in this process.
+func (l *Local) Subscribe(t Topic) *Subscription {
+	c := make(chan struct{}, 1)
+	s := &Subscription{C: c, c: c, topic: t, hub: l}
+	l.mu.Lock()
+	l.subs[t] = append(l.subs[t], s)
+	l.mu.Unlock()
+	return s
+}
+
+func (l *Local) unsubscribe(s *Subscription) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	subs := l.subs[s.topic]
+	for i, o := range subs {
+		if o == s {
+			subs = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(l.subs, s.topic)
+		delete(l.next, s.topic)
+	} else {
+		l.subs[s.topic] = subs
+	}
+	select {
+	case <-s.c:
+		if s.topic.Kind != Ended {
+			l.deliverLocked(s.topic, 1)
+		}
+	default:
+	}
+}
+
+// Notify delivers hints to this process's subscribers.
+func (l *Local) Notify(_ context.Context, topics ...Topic) {
+	if len(topics) == 0 {
+		return
+	}
+	counts := make(map[Topic]int, len(topics))
+	for _, t := range topics {
+		counts[t]++
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, n := range counts {
+		l.deliverLocked(t, n)
+		if t.TenantID != "" || t.Key != "" {
+			l.deliverLocked(t.wildcard(), n)
+		}
+	}
+}
+
+// deliverLocked wakes n idle subscribers of t (every one, for Ended).
+func (l *Local) deliverLocked(t Topic, n int) {
+	subs := l.subs[t]
+	if len(subs) == 0 {
+		return
+	}
+	if t.Kind == Ended {
+		n = len(subs)
+	}
+	start := l.next[t]
+	for i := 0; i < len(subs) && n > 0; i++ {
+		s := subs[(start+i)%len(subs)]
+		select {
+		case s.c <- struct{}{}:
+			n--
+		default: // already woken: it will look anyway
+		}
+	}
+	l.next[t] = (start + 1) % len(subs)
+}
+
+// Subscribers is the number of subscriptions open, for tests and metrics.
+func (l *Local) Subscribers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, subs := range l.subs {
+		n += len(subs)
+	}
+	return n
+}

@@ -1,0 +1,89 @@
+package api_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/pkg/notify"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/services/api"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+// Hints carry the work to whoever waits for it. With every poll interval
+// (the API's long polls, the dispatcher's idle loop) set to an hour, an
+// orchestration started through the API still runs to its end: the start
+// wakes the dispatcher, the scheduled task reaches the worker's waiting
+// poll, the task's completion wakes the dispatcher again, and the end
+// answers WaitForCompletion; each long poll queries the store once when it
+// starts and once per hint (counted, not timed).
+func TestHintsWakeTheWaiters(t *testing.T) {
+	t.Parallel()
+	hints := notify.NewLocal()
+	e := newEnv(t, func(c *api.Config) { c.Notifier, c.MinPoll, c.MaxPoll = hints, time.Hour, time.Hour })
+	d, err := dispatcher.New(dispatcher.Config{Store: e.store, Notifier: hints, Logger: quiet(), Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = d.Stop(ctx)
+	})
+	c := e.all(e.tenant("acme", nil, echoDef))
+	ctx := t.Context()
+
+	type polled struct {
+		res *connect.Response[orchardv1.PollActivityTaskResponse]
+		err error
+	}
+	polls := make(chan polled, 1)
+	go func() {
+		res, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+		polls <- polled{res, err}
+	}()
+	testwait.Until(t, 30*time.Second, "the worker's poll to wait", func() bool { return e.api.ActiveLongPolls() == 1 })
+	queriesBefore := e.api.LongPollQueries()
+
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	var p polled
+	select {
+	case p = <-polls:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the scheduled task did not reach the waiting poll")
+	}
+	require.NoError(t, p.err)
+	require.NotNil(t, p.res.Msg.Task, "the poll answered without the task")
+	require.LessOrEqual(t, e.api.LongPollQueries()-queriesBefore, int64(1), "the poll looked once, on the hint")
+
+	type waited struct {
+		res *connect.Response[orchardv1.WaitForCompletionResponse]
+		err error
+	}
+	waits := make(chan waited, 1)
+	go func() {
+		res, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+		waits <- waited{res, err}
+	}()
+	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.api.ActiveLongPolls() == 1 })
+	queriesBefore = e.api.LongPollQueries()
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.res.Msg.Task.TaskToken, Result: []byte(`8`)}))
+	require.NoError(t, err)
+	var w waited
+	select {
+	case w = <-waits:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the instance's end did not reach WaitForCompletion")
+	}
+	require.NoError(t, w.err)
+	require.True(t, w.res.Msg.Done)
+	require.Equal(t, `8`, string(w.res.Msg.Instance.Output))
+	require.LessOrEqual(t, e.api.LongPollQueries()-queriesBefore, int64(1), "the wait looked once, on the hint")
+	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
+}
