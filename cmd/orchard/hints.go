@@ -16,13 +16,15 @@ import (
 // addHintsFlag adds --hints: how the API and the dispatchers tell each other
 // that work waits (see package notify).
 func addHintsFlag(f *pflag.FlagSet, mode *string) {
-	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "local"),
-		"how hints of waiting work travel: local (within this process) or postgres (LISTEN/NOTIFY between processes; PostgreSQL only) (env ORCHARD_HINTS)")
+	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "off"),
+		"hints of waiting work: off (every wait polls), local (within this process) or postgres (LISTEN/NOTIFY between processes; PostgreSQL only) (env ORCHARD_HINTS)")
 }
 
 // openHints returns the notifier --hints names, and what closes it.
 func openHints(ctx context.Context, pool *pgxpool.Pool, mode string) (notify.Notifier, func(), error) {
 	switch mode {
+	case "off":
+		return notify.Off{}, func() {}, nil
 	case "local":
 		return notify.NewLocal(), func() {}, nil
 	case "postgres":
@@ -39,6 +41,6 @@ func openHints(ctx context.Context, pool *pgxpool.Pool, mode string) (notify.Not
 		}
 		return p, p.Close, nil
 	default:
-		return nil, nil, configError{fmt.Errorf("--hints (ORCHARD_HINTS): %q is not local or postgres", mode)}
+		return nil, nil, configError{fmt.Errorf("--hints (ORCHARD_HINTS): %q is not off, local or postgres", mode)}
 	}
 }

@@ -9,7 +9,8 @@
 // and may drop hints; nothing may wait for a hint without a poll interval
 // behind it.
 //
-// Local is the in-process notifier (orchard dev, or an API and a
+// Off (the default) carries nothing. Local is the in-process notifier
+// (orchard dev --hints local, or an API and a
 // dispatcher in one process). Postgres carries hints across processes with
 // LISTEN/NOTIFY, for PostgreSQL deployments and tests; CockroachDB has no
 // LISTEN/NOTIFY (see the package README for the design there).
@@ -76,6 +77,16 @@ func (s *Subscription) Close() {
 	}
 	s.hub.unsubscribe(s)
 }
+
+// Off carries no hints: every waiter finds its work by polling. It is the
+// default, until hints are shown not to cost throughput (see the README).
+type Off struct{}
+
+// Notify does nothing.
+func (Off) Notify(context.Context, ...Topic) {}
+
+// Subscribe returns a subscription that never hears anything.
+func (Off) Subscribe(Topic) *Subscription { return &Subscription{} }
 
 // Local is the in-process Notifier. Tasks and Orchestrations hints each
 // wake one idle subscriber (one task is taken by one poller); Ended hints

@@ -85,8 +85,7 @@ type Config struct {
 	// sends one when it queues messages for an instance (start, event,
 	// cancel, an activity's result), and its long polls wake on the hints
 	// of scheduled tasks and ended instances. Share one with the
-	// dispatchers of this process (default: one of this server's own,
-	// which only its own calls reach).
+	// dispatchers of this process (default: none, every wait polls).
 	Notifier notify.Notifier
 	// Console, when set, is served at /console/ beside the API: the web
 	// console (services/console), whose pages call this API like any
@@ -112,7 +111,7 @@ func (c *Config) withDefaults() error {
 		c.Logger = slog.Default()
 	}
 	if c.Notifier == nil {
-		c.Notifier = notify.NewLocal()
+		c.Notifier = notify.Off{}
 	}
 	if c.RateLimiter == nil {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})

@@ -61,8 +61,8 @@ type Config struct {
 	// Notifier carries hints: the dispatcher's idle loops wake on a hint
 	// that messages are queued for an instance, and its acks send hints of
 	// the tasks they schedule, the messages they queue and the instances
-	// they end. Share one with the API of this process (default: one of
-	// this dispatcher's own).
+	// they end. Share one with the API of this process (default: none,
+	// the loops poll).
 	Notifier notify.Notifier
 	// MaxTurnAttempts is how many turns of an instance in a row may die
 	// before they end (the process crashed, out of memory say, or the turn
@@ -93,7 +93,7 @@ func (c *Config) withDefaults() error {
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
 	}
 	if c.Notifier == nil {
-		c.Notifier = notify.NewLocal()
+		c.Notifier = notify.Off{}
 	}
 	if c.Clock == nil {
 		c.Clock = store.SystemClock{}
