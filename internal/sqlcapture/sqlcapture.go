@@ -13,6 +13,9 @@
 //   - River's statements (any call that comes through github.com/riverqueue/):
 //     River and its migrations are PostgreSQL-only by design and run through
 //     River's own driver;
+//   - the PostgreSQL transport of hints (pkg/notify/postgres.go: LISTEN and
+//     pg_notify): it is PostgreSQL-only by design, refused on CockroachDB
+//     (`--hints postgres`), and nothing correct depends on a hint;
 //   - testdb's administrative statements (CREATE DATABASE ... TEMPLATE, DROP
 //     DATABASE ... WITH (FORCE)), sent on connections it does not trace.
 package sqlcapture
@@ -225,6 +228,8 @@ func (c *Tracer) record(sql, iso string) {
 		switch {
 		case strings.HasPrefix(f.Function, "github.com/riverqueue/"):
 			return // River's own SQL: see the package comment
+		case strings.HasSuffix(f.File, "/pkg/notify/postgres.go"):
+			return // PostgreSQL's hint transport: see the package comment
 		case first == 0 && (strings.HasPrefix(f.Function, "github.com/jackc/") ||
 			strings.HasPrefix(f.Function, "github.com/orchardhq/orchard/internal/sqlcapture.")):
 			// pgx (and its multitracer) and this package
