@@ -2,7 +2,6 @@ package store
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -20,9 +19,10 @@ const (
 type Tenant struct {
 	TenantID string
 	State    string
-	// Limits is the tenant's limits as JSON (their meaning belongs to the
-	// tenancy package); empty means the defaults.
-	Limits    json.RawMessage
+	// Limits is what the tenant may use; zero fields mean the defaults.
+	// Stored limits that do not parse (they bypassed validation) read as
+	// all defaults, so a bad row never stops a tenant's work.
+	Limits    Limits
 	Retention RetentionPolicy
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -44,7 +44,7 @@ type ListTenantsParams struct {
 type UpdateTenantParams struct {
 	TenantID  string
 	State     *string
-	Limits    json.RawMessage
+	Limits    *Limits
 	Retention *RetentionPolicy
 }
 

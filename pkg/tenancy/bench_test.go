@@ -68,7 +68,7 @@ func BenchmarkVerify(b *testing.B) {
 // BenchmarkRateLimiterAllow measures the per-request limiter check.
 func BenchmarkRateLimiterAllow(b *testing.B) {
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
-	l := tenancy.Limits{RequestsPerSecond: 1e5, Burst: 1e6}
+	l := tenancy.Rate{PerSecond: 1e5, Burst: 1e6}
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = rl.Allow("acme", l)

@@ -1,8 +1,9 @@
 // Package tenancy says who is calling Orchard and how much of it a tenant may
 // use: it verifies and mints the JWTs every request carries, turns them into
 // an Identity (tenant, subject, roles) kept in the request's context, checks
-// the roles an RPC requires, and enforces per-tenant Limits (request rate,
-// running instances, payload size, history length).
+// the roles an RPC requires, and holds each tenant's request rate. A tenant's
+// limits themselves are store.Limits, read with the tenant; the API turns a
+// limit reached into an *ExhaustedError from here.
 //
 // The tenant always comes from a verified token, never from a request body.
 // Rejections are sentinel errors the API maps to Connect codes in one place:

@@ -50,7 +50,6 @@ const (
 	ResourceRequests         = "requests"
 	ResourceRunningInstances = "running_instances"
 	ResourcePayloadBytes     = "payload_bytes"
-	ResourceHistoryEvents    = "history_events"
 )
 
 // ExhaustedError reports a tenant limit that was reached. It matches

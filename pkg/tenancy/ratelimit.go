@@ -62,12 +62,18 @@ func NewRateLimiter(cfg RateLimiterConfig) *RateLimiter {
 	return r
 }
 
-// Allow takes one request from tenant's bucket, sized by limits (zero fields
-// mean defaults). When the bucket is empty it returns an *ExhaustedError for
-// ResourceRequests whose RetryAfter is when the next request will pass.
-func (r *RateLimiter) Allow(tenant string, limits Limits) error {
-	l := limits.Effective()
-	perSecond := rate.Limit(l.RequestsPerSecond)
+// Rate is a tenant's request rate: PerSecond sustained, Burst at once above
+// it. Both must be positive; a tenant's effective limits give them.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Allow takes one request from tenant's bucket, sized by rate. When the
+// bucket is empty it returns an *ExhaustedError for ResourceRequests whose
+// RetryAfter is when the next request will pass.
+func (r *RateLimiter) Allow(tenant string, rt Rate) error {
+	perSecond := rate.Limit(rt.PerSecond)
 	now := r.now()
 
 	r.mu.Lock()
@@ -78,14 +84,14 @@ func (r *RateLimiter) Allow(tenant string, limits Limits) error {
 		if len(r.tenants) >= r.maxTenants {
 			r.evictOldestLocked()
 		}
-		b = &tenantBucket{lim: rate.NewLimiter(perSecond, l.Burst)}
+		b = &tenantBucket{lim: rate.NewLimiter(perSecond, rt.Burst)}
 		r.tenants[tenant] = b
 	} else {
 		if b.lim.Limit() != perSecond {
 			b.lim.SetLimitAt(now, perSecond)
 		}
-		if b.lim.Burst() != l.Burst {
-			b.lim.SetBurstAt(now, l.Burst)
+		if b.lim.Burst() != rt.Burst {
+			b.lim.SetBurstAt(now, rt.Burst)
 		}
 	}
 	b.lastUsed = now
@@ -94,7 +100,7 @@ func (r *RateLimiter) Allow(tenant string, limits Limits) error {
 	}
 	missing := 1 - b.lim.TokensAt(now)
 	wait := time.Duration(math.Ceil(missing / float64(perSecond) * float64(time.Second)))
-	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(l.Burst), RetryAfter: max(wait, time.Millisecond)}
+	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(rt.Burst), RetryAfter: max(wait, time.Millisecond)}
 }
 
 // Len is the number of tenants with a limiter.

@@ -14,23 +14,22 @@ func TestRateLimiterTripsAndRecovers(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		limits    tenancy.Limits
+		rate      tenancy.Rate
 		wantRetry time.Duration
 	}{
-		{"10 per second, burst 3", tenancy.Limits{RequestsPerSecond: 10, Burst: 3}, 100 * time.Millisecond},
-		{"half per second, burst 1", tenancy.Limits{RequestsPerSecond: 0.5, Burst: 1}, 2 * time.Second},
-		{"defaults", tenancy.Limits{}, 10 * time.Millisecond},
+		{"10 per second, burst 3", tenancy.Rate{PerSecond: 10, Burst: 3}, 100 * time.Millisecond},
+		{"half per second, burst 1", tenancy.Rate{PerSecond: 0.5, Burst: 1}, 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock()
 			rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now})
-			burst := tt.limits.Effective().Burst
+			burst := tt.rate.Burst
 			for i := range burst {
-				require.NoError(t, rl.Allow("acme", tt.limits), "request %d within burst", i)
+				require.NoError(t, rl.Allow("acme", tt.rate), "request %d within burst", i)
 			}
-			err := rl.Allow("acme", tt.limits)
+			err := rl.Allow("acme", tt.rate)
 			require.ErrorIs(t, err, tenancy.ErrResourceExhausted)
 			var ex *tenancy.ExhaustedError
 			require.ErrorAs(t, err, &ex)
@@ -40,10 +39,10 @@ func TestRateLimiterTripsAndRecovers(t *testing.T) {
 
 			// Just before the hint, still refused; at it, allowed again.
 			clock.Advance(ex.RetryAfter - time.Millisecond)
-			require.ErrorIs(t, rl.Allow("acme", tt.limits), tenancy.ErrResourceExhausted)
+			require.ErrorIs(t, rl.Allow("acme", tt.rate), tenancy.ErrResourceExhausted)
 			clock.Advance(time.Millisecond)
-			require.NoError(t, rl.Allow("acme", tt.limits))
-			require.ErrorIs(t, rl.Allow("acme", tt.limits), tenancy.ErrResourceExhausted)
+			require.NoError(t, rl.Allow("acme", tt.rate))
+			require.ErrorIs(t, rl.Allow("acme", tt.rate), tenancy.ErrResourceExhausted)
 		})
 	}
 }
@@ -52,8 +51,8 @@ func TestRateLimiterPerTenant(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now})
-	tight := tenancy.Limits{RequestsPerSecond: 1, Burst: 2}
-	loose := tenancy.Limits{RequestsPerSecond: 1, Burst: 5}
+	tight := tenancy.Rate{PerSecond: 1, Burst: 2}
+	loose := tenancy.Rate{PerSecond: 1, Burst: 5}
 
 	require.NoError(t, rl.Allow("noisy", tight))
 	require.NoError(t, rl.Allow("noisy", tight))
@@ -72,7 +71,7 @@ func TestRateLimiterLimitsChange(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now})
-	before := tenancy.Limits{RequestsPerSecond: 1, Burst: 1}
+	before := tenancy.Rate{PerSecond: 1, Burst: 1}
 	require.NoError(t, rl.Allow("acme", before))
 	err := rl.Allow("acme", before)
 	var ex *tenancy.ExhaustedError
@@ -80,7 +79,7 @@ func TestRateLimiterLimitsChange(t *testing.T) {
 	require.Equal(t, time.Second, ex.RetryAfter)
 
 	// The admin raises the rate tenfold: the same bucket refills faster.
-	after := tenancy.Limits{RequestsPerSecond: 10, Burst: 1}
+	after := tenancy.Rate{PerSecond: 10, Burst: 1}
 	err = rl.Allow("acme", after)
 	require.ErrorAs(t, err, &ex)
 	require.Equal(t, 100*time.Millisecond, ex.RetryAfter)
@@ -89,7 +88,7 @@ func TestRateLimiterLimitsChange(t *testing.T) {
 
 	// A larger burst fills over time, up to the new size: tokens saved
 	// before the change were capped by the old burst.
-	bigger := tenancy.Limits{RequestsPerSecond: 10, Burst: 4}
+	bigger := tenancy.Rate{PerSecond: 10, Burst: 4}
 	clock.Advance(time.Second)
 	require.NoError(t, rl.Allow("acme", bigger))
 	require.ErrorIs(t, rl.Allow("acme", bigger), tenancy.ErrResourceExhausted)
@@ -104,8 +103,8 @@ func TestRateLimiterEvictsIdleTenants(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now, IdleAfter: time.Minute})
-	fast := tenancy.Limits{RequestsPerSecond: 100, Burst: 1}
-	slow := tenancy.Limits{RequestsPerSecond: 0.001, Burst: 1} // refills in 1000s
+	fast := tenancy.Rate{PerSecond: 100, Burst: 1}
+	slow := tenancy.Rate{PerSecond: 0.001, Burst: 1} // refills in 1000s
 
 	for i := range 50 {
 		require.NoError(t, rl.Allow(fmt.Sprintf("t%d", i), fast))
@@ -129,7 +128,7 @@ func TestRateLimiterMaxTenants(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now, MaxTenants: 3})
-	l := tenancy.Limits{RequestsPerSecond: 1, Burst: 1}
+	l := tenancy.Rate{PerSecond: 1, Burst: 1}
 	for i := range 10 {
 		clock.Advance(time.Millisecond)
 		require.NoError(t, rl.Allow(fmt.Sprintf("t%d", i), l))
@@ -143,7 +142,7 @@ func TestRateLimiterConcurrent(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now})
-	l := tenancy.Limits{RequestsPerSecond: 1, Burst: 100}
+	l := tenancy.Rate{PerSecond: 1, Burst: 100}
 	errs := make(chan error, 400)
 	for g := range 4 {
 		go func() {

@@ -112,7 +112,7 @@ func (a *adminService) UpdateTenant(ctx context.Context, req *connect.Request[or
 	if err != nil {
 		return nil, err
 	}
-	a.s.tenants.put(ctx, t)
+	a.s.tenants.put(t)
 	return connect.NewResponse(&orchardv1.UpdateTenantResponse{Tenant: tenantToProto(t)}), nil
 }
 

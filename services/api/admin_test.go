@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/services/api"
@@ -118,7 +119,7 @@ func TestAdminService(t *testing.T) {
 func TestTenantAndDefinitionServices(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", &tenancy.Limits{Burst: 50})
+	acme := e.tenant("acme", &store.Limits{Burst: 50})
 	c := e.all(acme)
 	ctx := t.Context()
 
@@ -145,7 +146,7 @@ func TestTenantAndDefinitionServices(t *testing.T) {
 	limits, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
 	require.NoError(t, err)
 	require.Equal(t, int32(50), limits.Msg.Limits.Burst)
-	require.Equal(t, tenancy.DefaultLimits().MaxRunningInstances, limits.Msg.Limits.MaxRunningInstances)
+	require.Equal(t, store.DefaultLimits().MaxRunningInstances, limits.Msg.Limits.MaxRunningInstances)
 
 	reg, err := c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(quickDef)}))
 	require.NoError(t, err)

@@ -130,14 +130,12 @@ func newEnv(t testing.TB, configure ...func(*api.Config)) *env {
 }
 
 // tenant registers a tenant with limits and definitions.
-func (e *env) tenant(id string, limits *tenancy.Limits, defs ...string) string {
+func (e *env) tenant(id string, limits *store.Limits, defs ...string) string {
 	e.t.Helper()
 	ctx := context.Background()
 	require.NoError(e.t, e.store.CreateTenant(ctx, &store.CreateTenantParams{TenantID: id}))
 	if limits != nil {
-		lim, err := jsonOf(limits)
-		require.NoError(e.t, err)
-		_, err = e.store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: id, Limits: lim})
+		_, err := e.store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: id, Limits: limits})
 		require.NoError(e.t, err)
 	}
 	if len(defs) > 0 {

@@ -19,7 +19,6 @@ import (
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
@@ -41,14 +40,14 @@ var _ orchardv1connect.ClientServiceHandler = (*clientService)(nil)
 // takes is checked: within the tenant's size limit, and a JSON document (empty
 // means null) that the engine takes as it is (valid UTF-8, not nested too
 // deep), so that it is never altered nor refused later.
-func payload(field string, data []byte, limits tenancy.Limits) (json.RawMessage, error) {
+func payload(field string, data []byte, limits store.Limits) (json.RawMessage, error) {
 	if len(data) == 0 {
 		return nil, nil
 	}
 	if err := engine.CheckPayload(data); err != nil {
 		return nil, fieldError(field, "not an acceptable JSON document: %v", err)
 	}
-	if err := limits.CheckPayload(len(data)); err != nil {
+	if err := checkPayload(limits, len(data)); err != nil {
 		return nil, err
 	}
 	return data, nil
@@ -57,7 +56,7 @@ func payload(field string, data []byte, limits tenancy.Limits) (json.RawMessage,
 func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Request[orchardv1.StartOrchestrationRequest]) (*connect.Response[orchardv1.StartOrchestrationResponse], error) {
 	t := tenantOf(ctx)
 	m := req.Msg
-	input, err := payload("input", m.Input, t.limits)
+	input, err := payload("input", m.Input, t.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +70,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	if err := t.limits.CheckRunningInstances(running.Total); err != nil {
+	if err := checkRunningInstances(t.Limits, running.Total); err != nil {
 		return nil, err
 	}
 	kind, start, err := engine.EncodeMessage(engine.StartMessage{Input: input})
@@ -129,7 +128,7 @@ func (c *clientService) enqueue(ctx context.Context, instanceID string, msg engi
 }
 
 func (c *clientService) RaiseEvent(ctx context.Context, req *connect.Request[orchardv1.RaiseEventRequest]) (*connect.Response[orchardv1.RaiseEventResponse], error) {
-	data, err := payload("payload", req.Msg.Payload, tenantOf(ctx).limits)
+	data, err := payload("payload", req.Msg.Payload, tenantOf(ctx).Limits)
 	if err != nil {
 		return nil, err
 	}

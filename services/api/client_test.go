@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -231,7 +232,7 @@ func TestStartIdempotent(t *testing.T) {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	small := e.tenant("small", &tenancy.Limits{MaxRunningInstances: 2, MaxPayloadBytes: 16}, waiterDef)
+	small := e.tenant("small", &store.Limits{MaxRunningInstances: 2, MaxPayloadBytes: 16}, waiterDef)
 	big := e.tenant("big", nil, waiterDef)
 	cs, cb := e.clients(e.token(small, tenancy.RoleClient)), e.clients(e.token(big, tenancy.RoleClient))
 	ctx := t.Context()
@@ -255,7 +256,7 @@ func TestLimits(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	slow := e.tenant("slow", &tenancy.Limits{RequestsPerSecond: 0.01, Burst: 3})
+	slow := e.tenant("slow", &store.Limits{RequestsPerSecond: 0.01, Burst: 3})
 	fast := e.tenant("fast", nil)
 	cs, cf := e.clients(e.token(slow, tenancy.RoleClient)), e.clients(e.token(fast, tenancy.RoleClient))
 	ctx := t.Context()

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
 
@@ -253,7 +251,7 @@ func policyToProto(p store.RetentionPolicy) *orchardv1.RetentionPolicy {
 	return out
 }
 
-func limitsToProto(l tenancy.Limits) *orchardv1.Limits {
+func limitsToProto(l store.Limits) *orchardv1.Limits {
 	return &orchardv1.Limits{
 		RequestsPerSecond:            l.RequestsPerSecond,
 		Burst:                        int32(l.Burst),
@@ -266,9 +264,9 @@ func limitsToProto(l tenancy.Limits) *orchardv1.Limits {
 	}
 }
 
-// limitsFromProto validates limits and encodes them as the store keeps them.
-func limitsFromProto(field string, l *orchardv1.Limits) (json.RawMessage, error) {
-	lim := tenancy.Limits{
+// limitsFromProto validates limits.
+func limitsFromProto(field string, l *orchardv1.Limits) (*store.Limits, error) {
+	lim := &store.Limits{
 		RequestsPerSecond:            l.GetRequestsPerSecond(),
 		Burst:                        int(l.GetBurst()),
 		MaxRunningInstances:          l.GetMaxRunningInstances(),
@@ -281,7 +279,7 @@ func limitsFromProto(field string, l *orchardv1.Limits) (json.RawMessage, error)
 	if err := lim.Validate(); err != nil {
 		return nil, fieldError(field, "%v", err)
 	}
-	return json.Marshal(lim)
+	return lim, nil
 }
 
 var tenantStateToProto = map[string]orchardv1.TenantState{
@@ -291,11 +289,10 @@ var tenantStateToProto = map[string]orchardv1.TenantState{
 }
 
 func tenantToProto(t *store.Tenant) *orchardv1.Tenant {
-	limits, _ := tenancy.ParseLimits(t.Limits)
 	return &orchardv1.Tenant{
 		TenantId:        t.TenantID,
 		State:           tenantStateToProto[t.State],
-		Limits:          limitsToProto(limits),
+		Limits:          limitsToProto(t.Limits),
 		RetentionPolicy: policyToProto(t.Retention),
 		CreatedAt:       timestamp(t.CreatedAt),
 		UpdatedAt:       timestamp(t.UpdatedAt),

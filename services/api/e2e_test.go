@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -97,7 +98,7 @@ func percentiles(b *testing.B, d []time.Duration, unit string) {
 // cached, so no database round trip is measured.
 func BenchmarkUnaryOverhead(b *testing.B) {
 	e := newEnv(b, func(c *apiConfig) { c.TenantCacheTTL = time.Hour })
-	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000})
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000})
 	c := e.clients(e.token(acme, tenancy.RoleTenantAdmin))
 	ctx := context.Background()
 	_, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
@@ -121,7 +122,7 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 // dispatcher and an API worker, with 8 clients at once.
 func BenchmarkStartToCompletion(b *testing.B) {
 	e := newEnv(b, func(c *apiConfig) { c.MinPoll = time.Millisecond; c.MaxPoll = 5 * time.Millisecond })
-	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, echoDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, echoDef)
 	e.dispatch()
 	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 8)
 	defer stop()

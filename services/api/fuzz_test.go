@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
@@ -37,7 +38,7 @@ func FuzzConnectJSON(f *testing.F) {
 		}
 	}
 	e := newEnv(f)
-	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
 	token := e.token(acme, tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin)
 	hc := e.srv.Client()
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {

@@ -144,7 +144,7 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 			if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
 				return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
 			}
-			if err := s.cfg.RateLimiter.Allow(id.Tenant, t.limits); err != nil {
+			if err := s.cfg.RateLimiter.Allow(id.Tenant, requestRate(t.Limits)); err != nil {
 				return nil, err
 			}
 			return next(context.WithValue(ctx, tenantKey{}, t), req)
@@ -153,8 +153,8 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 }
 
 // tenantOf is the calling tenant, as admitTenant found it.
-func tenantOf(ctx context.Context) *tenantRecord {
-	t, _ := ctx.Value(tenantKey{}).(*tenantRecord)
+func tenantOf(ctx context.Context) *store.Tenant {
+	t, _ := ctx.Value(tenantKey{}).(*store.Tenant)
 	if t == nil {
 		// Unreachable behind admitTenant; fail closed.
 		panic("api: tenant handler called without a tenant")

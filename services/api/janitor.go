@@ -285,7 +285,7 @@ func (a *adminService) EraseTenant(ctx context.Context, req *connect.Request[orc
 	if err != nil {
 		return nil, err
 	}
-	a.s.tenants.put(ctx, t)
+	a.s.tenants.put(t)
 	// The tenant is refused from now on; if the queue is down, the
 	// janitor's sweep queues the erasure of every tenant being deleted.
 	jobID, err := q.EraseTenant(ctx, t.TenantID, a.s.cfg.EraseGrace)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -67,7 +68,7 @@ func numericPaths(md protoreflect.MessageDescriptor, depth int) [][]protoreflect
 func TestNumericExtremesAreNeverInternal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", &tenancy.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
 	e.dispatch()
 	tenantToken := e.token(acme, tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin)
 	platformToken := e.token("", "platform-admin")

@@ -170,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		store:    cfg.Store,
 		tokens:   tokenCodec{key: cfg.TokenKey},
-		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants, cfg.Logger),
+		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants),
 		draining: make(chan struct{}),
 		notifier: cfg.Notifier,
 	}

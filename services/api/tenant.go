@@ -37,12 +37,12 @@ func (t *tenantService) SetRetentionPolicy(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	t.s.tenants.put(ctx, ten)
+	t.s.tenants.put(ten)
 	return connect.NewResponse(&orchardv1.SetRetentionPolicyResponse{Policy: policyToProto(ten.Retention)}), nil
 }
 
 func (t *tenantService) GetLimits(ctx context.Context, _ *connect.Request[orchardv1.GetLimitsRequest]) (*connect.Response[orchardv1.GetLimitsResponse], error) {
-	return connect.NewResponse(&orchardv1.GetLimitsResponse{Limits: limitsToProto(tenantOf(ctx).limits.Effective())}), nil
+	return connect.NewResponse(&orchardv1.GetLimitsResponse{Limits: limitsToProto(tenantOf(ctx).Limits.Effective())}), nil
 }
 
 func (t *tenantService) GetUsage(ctx context.Context, _ *connect.Request[orchardv1.GetUsageRequest]) (*connect.Response[orchardv1.GetUsageResponse], error) {

@@ -2,20 +2,12 @@ package api
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/maypok86/otter/v2"
 
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/tenancy"
 )
-
-// tenantRecord is a tenant's row with its limits parsed.
-type tenantRecord struct {
-	*store.Tenant
-	limits tenancy.Limits
-}
 
 // maxCachedTenants bounds the tenant cache's memory.
 const maxCachedTenants = 100_000
@@ -27,25 +19,24 @@ const maxCachedTenants = 100_000
 // tenant read it once.
 type tenantCache struct {
 	st    store.Tenants
-	log   *slog.Logger
 	cache *otter.Cache[string, cachedTenant]
 }
 
-// cachedTenant is a tenant's record, or the error (not found) of its lookup.
+// cachedTenant is a tenant's row, or the error (not found) of its lookup.
 type cachedTenant struct {
-	rec *tenantRecord
+	t   *store.Tenant
 	err error
 }
 
-func newTenantCache(st store.Tenants, ttl time.Duration, size int, log *slog.Logger) *tenantCache {
-	return &tenantCache{st: st, log: log, cache: otter.Must(&otter.Options[string, cachedTenant]{
+func newTenantCache(st store.Tenants, ttl time.Duration, size int) *tenantCache {
+	return &tenantCache{st: st, cache: otter.Must(&otter.Options[string, cachedTenant]{
 		MaximumSize:      size,
 		ExpiryCalculator: otter.ExpiryWriting[string, cachedTenant](ttl),
 	})}
 }
 
-// get returns the tenant's record, or an error matching store.ErrNotFound.
-func (c *tenantCache) get(ctx context.Context, id string) (*tenantRecord, error) {
+// get returns the tenant's row, or an error matching store.ErrNotFound.
+func (c *tenantCache) get(ctx context.Context, id string) (*store.Tenant, error) {
 	e, err := c.cache.Get(ctx, id, otter.LoaderFunc[string, cachedTenant](func(ctx context.Context, id string) (cachedTenant, error) {
 		t, err := c.st.GetTenant(ctx, &store.GetTenantParams{TenantID: id})
 		switch {
@@ -54,28 +45,17 @@ func (c *tenantCache) get(ctx context.Context, id string) (*tenantRecord, error)
 		case err != nil:
 			return cachedTenant{}, err
 		}
-		return cachedTenant{rec: c.record(ctx, t)}, nil
+		return cachedTenant{t: t}, nil
 	}))
 	if err != nil {
 		return nil, err
 	}
-	return e.rec, e.err
-}
-
-// record parses a tenant's stored limits; limits that do not parse (they
-// bypassed validation) are logged and replaced by the defaults.
-func (c *tenantCache) record(ctx context.Context, t *store.Tenant) *tenantRecord {
-	limits, err := tenancy.ParseLimits(t.Limits)
-	if err != nil {
-		c.log.WarnContext(ctx, "api: tenant's stored limits are invalid: using the defaults",
-			slog.String("tenant", t.TenantID), slog.Any("error", err))
-	}
-	return &tenantRecord{Tenant: t, limits: limits}
+	return e.t, e.err
 }
 
 // put replaces a tenant's cached row after this server changed it.
-func (c *tenantCache) put(ctx context.Context, t *store.Tenant) {
-	c.cache.Set(t.TenantID, cachedTenant{rec: c.record(ctx, t)})
+func (c *tenantCache) put(t *store.Tenant) {
+	c.cache.Set(t.TenantID, cachedTenant{t: t})
 }
 
 // forget drops a tenant's cached row.

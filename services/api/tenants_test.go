@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,7 +33,7 @@ func TestTenantCacheIsBoundedAndReadsOnce(t *testing.T) {
 	st := &countingTenants{Tenants: crdb.New(testdb.Pool(t, 8), crdb.Options{})}
 	require.NoError(t, st.Tenants.(*crdb.Store).CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: "acme"}))
 	const size = 50
-	c := newTenantCache(st, time.Minute, size, slog.New(slog.DiscardHandler))
+	c := newTenantCache(st, time.Minute, size)
 	defer c.stop()
 
 	var wg sync.WaitGroup

@@ -128,7 +128,7 @@ func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.R
 	if err != nil {
 		return nil, err
 	}
-	result, err := payload("result", req.Msg.Result, tenantOf(ctx).limits)
+	result, err := payload("result", req.Msg.Result, tenantOf(ctx).Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (w *workerService) FailActivityTask(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	f := req.Msg.Failure
-	if _, err := payload("failure.details", f.Details, tenantOf(ctx).limits); err != nil {
+	if _, err := payload("failure.details", f.Details, tenantOf(ctx).Limits); err != nil {
 		return nil, err
 	}
 	kind := f.Kind

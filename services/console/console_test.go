@@ -539,7 +539,7 @@ func TestConsole(t *testing.T) {
 		p.WaitText("#tenants-result", "Limits of newco saved")
 		tn, err = e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
-		require.JSONEq(t, `{"requests_per_second": 5}`, string(tn.Limits))
+		require.Equal(t, store.Limits{RequestsPerSecond: 5}, tn.Limits)
 		p.Screenshot("platform-tenants")
 
 		e.open(p, "#/platform-usage")

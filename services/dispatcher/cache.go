@@ -9,7 +9,6 @@ import (
 	"github.com/maypok86/otter/v2"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
 // errInvalidDefinition: a stored definition no longer parses (a newer engine
@@ -58,13 +57,13 @@ const maxCachedTenants = 100_000
 // of them; concurrent misses of one tenant read it once.
 type policyCache struct {
 	store  store.Store
-	limits *otter.Cache[string, tenancy.Limits]
+	limits *otter.Cache[string, store.Limits]
 }
 
 func newPolicyCache(s store.Store, ttl time.Duration) *policyCache {
-	return &policyCache{store: s, limits: otter.Must(&otter.Options[string, tenancy.Limits]{
+	return &policyCache{store: s, limits: otter.Must(&otter.Options[string, store.Limits]{
 		MaximumSize:      maxCachedTenants,
-		ExpiryCalculator: otter.ExpiryWriting[string, tenancy.Limits](ttl),
+		ExpiryCalculator: otter.ExpiryWriting[string, store.Limits](ttl),
 	})}
 }
 
@@ -85,21 +84,15 @@ func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID st
 	return t.Retention.For(name, inst.Retention), nil
 }
 
-// tenantLimits returns a tenant's limits, read again once they are older
-// than the cache's TTL.
-func (c *policyCache) tenantLimits(ctx context.Context, tenant string) (tenancy.Limits, error) {
-	return c.limits.Get(ctx, tenant, otter.LoaderFunc[string, tenancy.Limits](func(ctx context.Context, tenant string) (tenancy.Limits, error) {
+// tenantLimits returns a tenant's limits in force, read again once they are
+// older than the cache's TTL.
+func (c *policyCache) tenantLimits(ctx context.Context, tenant string) (store.Limits, error) {
+	return c.limits.Get(ctx, tenant, otter.LoaderFunc[string, store.Limits](func(ctx context.Context, tenant string) (store.Limits, error) {
 		t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
 		if err != nil {
-			return tenancy.Limits{}, err
+			return store.Limits{}, err
 		}
-		// Limits that do not parse fall back to the defaults: a bad row must
-		// not stop the tenant's orchestrations.
-		limits, err := tenancy.ParseLimits(t.Limits)
-		if err != nil {
-			limits = tenancy.DefaultLimits()
-		}
-		return limits.Effective(), nil
+		return t.Limits.Effective(), nil
 	}))
 }
 

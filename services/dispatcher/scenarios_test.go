@@ -434,7 +434,7 @@ steps:
         - activity: { name: echo, task_queue: q, input: "${ item }" }
 `)
 	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant,
-		Limits: json.RawMessage(`{"max_history_events_per_execution": 12}`)})
+		Limits: &store.Limits{MaxHistoryEventsPerExecution: 12}})
 	require.NoError(t, err)
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
 	s.worker(echo, "q")
@@ -498,12 +498,12 @@ steps:
             steps:
               - set: { x: "${ item }" }
 `)
-	setLimits := func(limits string) {
-		_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Limits: json.RawMessage(limits)})
+	setLimits := func(limits store.Limits) {
+		_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Limits: &limits})
 		require.NoError(t, err)
 	}
 	// Each dispatcher reads the limits afresh.
-	setLimits(`{"max_value_bytes": 100000}`)
+	setLimits(store.Limits{MaxValueBytes: 100000})
 	d := s.dispatcher(dispatcher.Config{})
 	s.startDispatcher(d)
 	s.start("doubling", "doubling", nil, nil)
@@ -512,7 +512,7 @@ steps:
 	require.Equal(t, "steps[13].set.v14: ${ [vars.v13, vars.v13] }: the value is larger than the limit of 100000 bytes", in.Error)
 	require.NoError(t, d.Stop(t.Context()))
 
-	setLimits(`{"turn_budget_millis": 1}`)
+	setLimits(store.Limits{TurnBudgetMillis: 1})
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
 	// 90,000 iterations take far longer than a millisecond on any machine.
 	s.start("slow", "slow", make([]int, 300), nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,16 +41,20 @@ func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) e
 	return nil
 }
 
-// scanTenant reads the columns the tenant statements return.
-func scanTenant(row pgx.Row) (*store.Tenant, error) {
+// scanTenant reads the columns the tenant statements return. Limits that
+// do not parse are logged and read as the defaults: this is the one place
+// stored limits are parsed.
+func (s *Store) scanTenant(ctx context.Context, row pgx.Row) (*store.Tenant, error) {
 	var t store.Tenant
 	var limits, retention []byte
 	var created, updated int64
 	if err := row.Scan(&t.TenantID, &t.State, &limits, &retention, &created, &updated); err != nil {
 		return nil, err
 	}
-	if string(limits) != "{}" {
-		t.Limits = limits
+	var err error
+	if t.Limits, err = store.ParseLimits(limits); err != nil {
+		s.log.WarnContext(ctx, "store: tenant's stored limits are invalid: using the defaults",
+			slog.String("tenant", t.TenantID), slog.Any("error", err))
 	}
 	if err := json.Unmarshal(retention, &t.Retention); err != nil {
 		return nil, fmt.Errorf("tenant %q: stored retention policy: %w", t.TenantID, err)
@@ -63,7 +68,7 @@ func (s *Store) GetTenant(ctx context.Context, p *store.GetTenantParams) (*store
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = scanTenant(s.pool.QueryRow(ctx, sqlGetTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID}))
+		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlGetTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -87,7 +92,7 @@ func (s *Store) ListTenants(ctx context.Context, p *store.ListTenantsParams) ([]
 		}
 		defer rows.Close()
 		for rows.Next() {
-			t, err := scanTenant(rows)
+			t, err := s.scanTenant(ctx, rows)
 			if err != nil {
 				return err
 			}
@@ -111,10 +116,13 @@ func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (
 	}
 	var limits, retention []byte
 	if p.Limits != nil {
-		if !json.Valid(p.Limits) {
-			return nil, invalid("tenant limits are not valid JSON")
+		if err := p.Limits.Validate(); err != nil {
+			return nil, invalid("tenant %v", err)
 		}
-		limits = p.Limits
+		var err error
+		if limits, err = json.Marshal(p.Limits); err != nil {
+			return nil, err
+		}
 	}
 	if p.Retention != nil {
 		if err := p.Retention.Validate(); err != nil {
@@ -129,7 +137,7 @@ func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = scanTenant(s.pool.QueryRow(ctx, sqlUpdateTenant, pgx.StrictNamedArgs{
+		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlUpdateTenant, pgx.StrictNamedArgs{
 			"tenant_id": p.TenantID, "state": state, "limits": limits, "retention": retention, "now": now}))
 		return err
 	})

@@ -97,7 +97,7 @@ func testTenants(t *testing.T, h *harness) {
 	a, err := h.s.GetTenant(h.ctx(), &store.GetTenantParams{TenantID: "a"})
 	require.NoError(t, err)
 	require.Equal(t, store.TenantActive, a.State)
-	require.Nil(t, a.Limits)
+	require.Equal(t, store.Limits{}, a.Limits)
 	require.Equal(t, store.RetentionPolicy{}, a.Retention)
 	_, err = h.s.GetTenant(h.ctx(), &store.GetTenantParams{TenantID: "nobody"})
 	require.ErrorIs(t, err, store.ErrNotFound)
@@ -116,11 +116,11 @@ func testTenants(t *testing.T, h *harness) {
 		ByName:  map[string]store.Retention{"poller": {Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)}}},
 	}
 	b, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{
-		TenantID: "b", State: &suspended, Limits: json.RawMessage(`{"requests_per_second":5}`), Retention: &policy,
+		TenantID: "b", State: &suspended, Limits: &store.Limits{RequestsPerSecond: 5}, Retention: &policy,
 	})
 	require.NoError(t, err)
 	require.Equal(t, store.TenantSuspended, b.State)
-	require.JSONEq(t, `{"requests_per_second":5}`, string(b.Limits))
+	require.Equal(t, store.Limits{RequestsPerSecond: 5}, b.Limits)
 	require.Equal(t, policy, b.Retention)
 	require.Equal(t, h.clock.Now(), b.UpdatedAt)
 
@@ -130,7 +130,7 @@ func testTenants(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	require.Equal(t, store.TenantActive, b.State)
 	require.Equal(t, policy, b.Retention)
-	require.JSONEq(t, `{"requests_per_second":5}`, string(b.Limits))
+	require.Equal(t, store.Limits{RequestsPerSecond: 5}, b.Limits)
 
 	bad := "deleted"
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "b", State: &bad})
@@ -138,6 +138,8 @@ func testTenants(t *testing.T, h *harness) {
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "b", Retention: &store.RetentionPolicy{
 		ByName: map[string]store.Retention{"x": {Chain: store.ChainRetention{AutoPrune: new(true)}}},
 	}})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "b", Limits: &store.Limits{Burst: -1}})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: "nobody", State: &active})
 	require.ErrorIs(t, err, store.ErrNotFound)

@@ -1,4 +1,4 @@
-package tenancy
+package store
 
 import (
 	"bytes"
@@ -8,11 +8,12 @@ import (
 	"math"
 )
 
-// Limits is what one tenant may use. It is stored as JSON in the tenants
-// table (limits column). A zero field, whether missing from the JSON or left
+// Limits is what one tenant may use: the API enforces the request rate,
+// running instances and payload size, the dispatcher the rest. It is stored
+// as JSON in the tenants table (limits column) and parsed once, where the
+// store reads a tenant. A zero field, whether missing from the JSON or left
 // zero in Go, means the default below, so stored limits follow the defaults
-// unless a field is set; Effective gives the values in force, and every check
-// here applies it.
+// unless a field is set; Effective gives the values in force.
 type Limits struct {
 	// RequestsPerSecond is the sustained API request rate. Default 100.
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
@@ -123,9 +124,9 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// ParseLimits decodes stored or submitted limits JSON strictly (unknown
-// fields are errors) and validates it. Empty input and null mean all
-// defaults. The result keeps zero fields zero; use Effective to apply them.
+// ParseLimits decodes limits JSON strictly (unknown fields are errors) and
+// validates it. Empty input, null and {} mean all defaults. The result keeps
+// zero fields zero; use Effective to apply them.
 func ParseLimits(data []byte) (Limits, error) {
 	var l Limits
 	data = bytes.TrimSpace(data)
@@ -144,34 +145,4 @@ func ParseLimits(data []byte) (Limits, error) {
 		return Limits{}, err
 	}
 	return l, nil
-}
-
-// CheckPayload returns an *ExhaustedError when a payload of size bytes is
-// larger than the tenant may send.
-func (l Limits) CheckPayload(size int) error {
-	limit := l.Effective().MaxPayloadBytes
-	if int64(size) > limit {
-		return &ExhaustedError{Resource: ResourcePayloadBytes, Limit: limit}
-	}
-	return nil
-}
-
-// CheckRunningInstances returns an *ExhaustedError when a tenant with running
-// instances not yet terminal may not start another.
-func (l Limits) CheckRunningInstances(running int64) error {
-	limit := l.Effective().MaxRunningInstances
-	if running >= limit {
-		return &ExhaustedError{Resource: ResourceRunningInstances, Limit: limit}
-	}
-	return nil
-}
-
-// CheckHistoryEvents returns an *ExhaustedError when an execution would hold
-// more than the allowed history events.
-func (l Limits) CheckHistoryEvents(events int64) error {
-	limit := l.Effective().MaxHistoryEventsPerExecution
-	if events > limit {
-		return &ExhaustedError{Resource: ResourceHistoryEvents, Limit: limit}
-	}
-	return nil
 }

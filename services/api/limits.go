@@ -1,0 +1,33 @@
+package api
+
+import (
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
+)
+
+// The limits the API enforces, in force with their defaults (a zero field
+// means the default).
+
+// requestRate is the tenant's request rate for the rate limiter.
+func requestRate(l store.Limits) tenancy.Rate {
+	e := l.Effective()
+	return tenancy.Rate{PerSecond: e.RequestsPerSecond, Burst: e.Burst}
+}
+
+// checkPayload returns an *tenancy.ExhaustedError when a payload of size
+// bytes is larger than the tenant may send.
+func checkPayload(l store.Limits, size int) error {
+	if limit := l.Effective().MaxPayloadBytes; int64(size) > limit {
+		return &tenancy.ExhaustedError{Resource: tenancy.ResourcePayloadBytes, Limit: limit}
+	}
+	return nil
+}
+
+// checkRunningInstances returns an *tenancy.ExhaustedError when a tenant
+// with running instances not yet terminal may not start another.
+func checkRunningInstances(l store.Limits, running int64) error {
+	if limit := l.Effective().MaxRunningInstances; running >= limit {
+		return &tenancy.ExhaustedError{Resource: tenancy.ResourceRunningInstances, Limit: limit}
+	}
+	return nil
+}
