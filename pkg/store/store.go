@@ -123,8 +123,14 @@ type OrchestrationItem struct {
 	// Claims is how many times in a row the instance was leased, this lease
 	// included, without a lease being released by an ack or an abandon:
 	// past 1, the turns of the leases before died with their process or
-	// overran their lease.
+	// overran their lease. Such an instance is a suspect: its dispatcher
+	// runs its turn alone, after StrikeOrchestrationLease.
 	Claims int64
+	// Strikes is how many turns of the instance in a row, each run alone
+	// after a lapsed lease, died before they ended: the evidence that the
+	// instance's own turn kills its process (a poison instance), which a
+	// lease that lapsed because its process was killed is not.
+	Strikes int64
 }
 
 // WorkLease identifies the lease a worker holds on an activity task.
@@ -198,6 +204,10 @@ type Runtime interface {
 	// RenewOrchestrationLease extends a live lease. ErrLeaseLost when the
 	// lease expired, was taken over, or the instance was deleted.
 	RenewOrchestrationLease(ctx context.Context, p *RenewOrchestrationLeaseParams) (time.Time, error)
+	// StrikeOrchestrationLease adds one to the instance's strikes, under a
+	// live lease, before a turn that runs alone; it returns the count.
+	// ErrLeaseLost when the lease is no longer held.
+	StrikeOrchestrationLease(ctx context.Context, lease OrchestrationLease) (int64, error)
 	// AckOrchestrationItem commits a turn and releases the lease, all in one
 	// transaction. ErrLeaseLost, and nothing written, when the lease is no
 	// longer held by this token.

@@ -37,7 +37,9 @@ type Config struct {
 	// transaction (default 8).
 	Batch int
 	// LeaseDuration is how long a fetched instance stays leased without a
-	// renewal (default 30s). Turns that run longer renew it.
+	// renewal (default DefaultLeaseDuration). Batches that run longer than
+	// a third of it renew it every third, so it bounds how long the
+	// instances of a dispatcher that died wait for another.
 	LeaseDuration time.Duration
 	// MinPoll and MaxPoll bound the wait of an idle loop before it fetches
 	// again; the wait doubles from MinPoll with each empty fetch (defaults
@@ -64,13 +66,20 @@ type Config struct {
 	// they end. Share one with the API of this process (default: none,
 	// the loops poll).
 	Notifier notify.Notifier
-	// MaxTurnAttempts is how many turns of an instance in a row may die
-	// before they end (the process crashed, out of memory say, or the turn
-	// overran its lease) before the instance is failed instead of run again,
-	// so that one poison instance cannot crash-loop every dispatcher
-	// (default 3).
+	// MaxTurnAttempts is how many turns of an instance in a row, each run
+	// alone after its lease lapsed, may die before they end (the process
+	// crashed, out of memory say, or the turn overran its lease) before the
+	// instance is failed instead of run again, so that one poison instance
+	// cannot crash-loop every dispatcher (default 3). A lapsed lease alone
+	// does not count: the instance's dispatcher may have been killed, or
+	// killed by another instance's turn.
 	MaxTurnAttempts int
 }
+
+// DefaultLeaseDuration is the default LeaseDuration: a dispatcher killed
+// holding instances delays them by at most this, and a batch renews its
+// leases after a third of it (most batches end in milliseconds).
+const DefaultLeaseDuration = 5 * time.Second
 
 // FailureKindPoison is the failure kind of an execution failed because its
 // turns kept dying before they ended.
@@ -82,7 +91,7 @@ func (c *Config) withDefaults() error {
 	}
 	c.Loops = cmp.Or(c.Loops, 4)
 	c.Batch = cmp.Or(c.Batch, 8)
-	c.LeaseDuration = cmp.Or(c.LeaseDuration, 30*time.Second)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
 	c.MinPoll = cmp.Or(c.MinPoll, 2*time.Millisecond)
 	c.MaxPoll = cmp.Or(c.MaxPoll, 100*time.Millisecond)
 	c.DefinitionCacheSize = cmp.Or(c.DefinitionCacheSize, 1024)
@@ -137,6 +146,8 @@ type Dispatcher struct {
 	// holds one value, so that a hint that comes while every loop is busy
 	// makes the next loop to idle look once more before it sleeps.
 	kick chan struct{}
+	// suspectMu runs the suspects' turns one at a time (runSuspect).
+	suspectMu sync.Mutex
 	// beforeAck, set by tests, runs between a batch's turns and its ack.
 	beforeAck func(ctx context.Context, items []*store.OrchestrationItem)
 }

@@ -113,6 +113,42 @@ func TestCrashBetweenFetchAndAck(t *testing.T) {
 	require.Equal(t, oneActivityHistory, s.history("crash", 1))
 }
 
+// A dispatcher with the default lease dies holding an instance: the lease
+// it leaves lapses within the default lease, far inside the 30 s the
+// default once was, and another dispatcher runs the instance's next turn
+// then; the lapse does not count against the instance.
+func TestKilledDispatchersInstanceWaitsOnlyTheDefaultLease(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	s.start("held", "one", "x", nil)
+	claimedAt := s.clock.Now()
+
+	pool := testdb.PoolFor(t, s.pool, 2)
+	doomed := s.dispatcher(dispatcher.Config{Store: crdb.New(pool, crdb.Options{Clock: s.clock}), Loops: 1})
+	fetched := make(chan struct{})
+	var once sync.Once
+	doomed.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		once.Do(func() { pool.Close(); close(fetched) })
+	})
+	ctx, kill := context.WithCancel(t.Context())
+	require.NoError(t, doomed.Start(ctx))
+	<-fetched
+	kill()
+	_ = doomed.Stop(t.Context())
+
+	var lockedUntil int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT locked_until FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'held'`, tenant).Scan(&lockedUntil))
+	require.Equal(t, claimedAt.Add(dispatcher.DefaultLeaseDuration).UnixMilli(), lockedUntil)
+	require.Less(t, time.UnixMilli(lockedUntil).Sub(claimedAt), 30*time.Second, "the dead dispatcher's lease ends inside the old bound")
+
+	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1}))
+	s.worker(echo, "q")
+	s.clock.Advance(time.UnixMilli(lockedUntil).Sub(s.clock.Now()) + time.Millisecond)
+	in := s.waitDone("held")
+	require.Equal(t, store.StatusCompleted, in.Status)
+	require.Equal(t, oneActivityHistory, s.history("held", 1))
+}
+
 // Force delete while a turn is in flight: the ack fails and the instance
 // stays deleted (seed 000 §8.5).
 func TestForceDeleteDuringTurn(t *testing.T) {
@@ -446,24 +482,30 @@ steps:
 }
 
 // A poison instance (its turns keep killing their process before they end)
-// is failed after MaxTurnAttempts such turns instead of run again: one
-// instance must not crash-loop every dispatcher.
+// is failed after MaxTurnAttempts such turns, each run alone, instead of
+// run again: one instance must not crash-loop every dispatcher. The
+// instances leased with it, whose leases lapse with it each time, are not
+// counted: their turns never ran alone and died.
 func TestPoisonInstanceIsFailed(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, oneActivity)
 	s.start("poison", "one", "x", nil)
 	s.start("healthy", "one", "x", nil)
-	// Three processes in a row lease both instances and die in the poison
-	// one's turn: it is neither acked nor released. The healthy one is
-	// abandoned each time, gracefully, which does not count.
-	for range 3 {
+	// Four processes in a row lease both instances and die: the first in a
+	// batch of both (nothing tells which turn killed it), the next three
+	// in the poison one's turn, run alone after a strike, as runSuspect
+	// does.
+	for round := range 4 {
 		items, err := s.store.FetchOrchestrationItems(t.Context(), &store.FetchOrchestrationItemsParams{
 			FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute}, Max: 2})
 		require.NoError(t, err)
 		require.Len(t, items, 2)
 		for _, it := range items {
-			if it.Lease.InstanceID == "healthy" {
-				require.NoError(t, s.store.AbandonOrchestrationItem(t.Context(), &store.AbandonOrchestrationItemParams{Lease: it.Lease}))
+			require.Equal(t, int64(round+1), it.Claims)
+			if it.Lease.InstanceID == "poison" && round > 0 {
+				strikes, err := s.store.StrikeOrchestrationLease(t.Context(), it.Lease)
+				require.NoError(t, err)
+				require.Equal(t, int64(round), strikes)
 			}
 		}
 		s.clock.Advance(time.Minute + time.Millisecond)
@@ -472,8 +514,56 @@ func TestPoisonInstanceIsFailed(t *testing.T) {
 	s.worker(echo, "q")
 	in := s.waitDone("poison")
 	require.Equal(t, store.StatusFailed, in.Status)
-	require.Equal(t, "the instance's last 3 turns died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", in.Error)
-	require.Equal(t, store.StatusCompleted, s.waitDone("healthy").Status, "an instance abandoned gracefully is not counted")
+	require.Equal(t, "the instance's last 3 turns, each run alone, died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", in.Error)
+	require.Equal(t, store.StatusCompleted, s.waitDone("healthy").Status, "an instance whose leases lapsed with its dispatcher is not counted")
+	var strikes int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT strikes FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'healthy'`, tenant).Scan(&strikes))
+	require.Zero(t, strikes, "the ack clears the strike of a turn that ended")
+}
+
+// Instances whose leases lapsed (their dispatcher died) run again, each
+// alone, in a batch of its own, after a strike on its lease that the ack
+// clears: the next death, if it comes, is charged to that instance only.
+func TestSuspectsRunAloneAfterAStrike(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	const n = 3
+	for i := range n {
+		s.start(fmt.Sprintf("i-%d", i), "one", i, nil)
+	}
+	items, err := s.store.FetchOrchestrationItems(t.Context(), &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute}, Max: n})
+	require.NoError(t, err)
+	require.Len(t, items, n)
+	s.clock.Advance(time.Minute + time.Millisecond)
+
+	d := s.dispatcher(dispatcher.Config{Loops: 2, Batch: n, LeaseDuration: time.Minute})
+	var mu sync.Mutex
+	acked := map[string]int64{} // instance → its strikes when its suspect turn was acked
+	d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		if items[0].Claims < 2 {
+			return
+		}
+		var strikes int64 = -1 // a suspect acked with others
+		if len(items) == 1 {
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT strikes FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2`,
+				tenant, items[0].Lease.InstanceID).Scan(&strikes))
+		}
+		mu.Lock()
+		acked[items[0].Lease.InstanceID] = strikes
+		mu.Unlock()
+	})
+	s.startDispatcher(d)
+	s.worker(echo, "q")
+	for i := range n {
+		require.Equal(t, store.StatusCompleted, s.waitDone(fmt.Sprintf("i-%d", i)).Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int64{"i-0": 1, "i-1": 1, "i-2": 1}, acked)
+	var strikes int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT COALESCE(sum(strikes), 0) FROM instance_locks WHERE tenant_id = $1`, tenant).Scan(&strikes))
+	require.Zero(t, strikes)
 }
 
 // An orchestration that builds a value past the tenant's limit fails with the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,14 +28,66 @@ type runningTurn struct {
 	start time.Time
 }
 
-// runBatch runs the turns of a fetched batch and acks them in one
-// transaction. A turn that cannot run for a transient reason is abandoned
-// with a delay; the others are acked. An error means the ack failed and the
-// batch was abandoned.
+// runBatch runs the turns of a fetched batch. It renews their leases while
+// it runs. The suspects (instances whose lease lapsed before: their
+// dispatcher died, or overran the lease) run after the others, each alone
+// and struck first (runSuspect); the others run together (runTurns).
 func (d *Dispatcher) runBatch(ctx context.Context, items []*store.OrchestrationItem) error {
-	stopRenewing := d.renewWhileRunning(ctx, items)
-	defer stopRenewing()
+	leases := d.keepLeases(ctx, items)
+	defer leases.stop()
+	var normal, suspects []*store.OrchestrationItem
+	for _, it := range items {
+		if it.Claims > 1 {
+			suspects = append(suspects, it)
+		} else {
+			normal = append(normal, it)
+		}
+	}
+	err := d.runTurns(ctx, leases, normal)
+	for _, it := range suspects {
+		if e := d.runSuspect(ctx, leases, it); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
 
+// runSuspect runs the turn of an instance whose lease lapsed before. Its
+// process may have died of something else (it was killed, or another turn
+// killed it), so the lapse alone does not count against the instance: the
+// turn runs alone (one suspect at a time in this process, acked on its
+// own), after a strike is recorded on its lease, which its ack clears. A
+// strike that stays is a turn that died while it ran alone; after
+// MaxTurnAttempts of them in a row the instance is failed instead (turn).
+func (d *Dispatcher) runSuspect(ctx context.Context, leases *leaseKeeper, it *store.OrchestrationItem) error {
+	d.suspectMu.Lock()
+	defer d.suspectMu.Unlock()
+	log := d.log.With("tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID)
+	if it.Strikes < int64(d.cfg.MaxTurnAttempts) {
+		strikes, err := d.cfg.Store.StrikeOrchestrationLease(ctx, it.Lease)
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			leases.drop(it)
+			log.Info("suspect turn dropped: lease lost")
+			return nil
+		case err != nil:
+			leases.drop(it)
+			d.abandon(ctx, it, failureBackoff().NextBackOff())
+			return fmt.Errorf("strike: %w", err)
+		}
+		log.Info("running alone an instance whose lease lapsed", "claims", it.Claims, "strikes", strikes)
+	}
+	return d.runTurns(ctx, leases, []*store.OrchestrationItem{it})
+}
+
+// runTurns runs turns and acks them in one transaction. A turn that cannot
+// run for a transient reason is abandoned with a delay; the others are
+// acked. An error means the ack failed and the turns were abandoned.
+func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []*store.OrchestrationItem) error {
+	if len(items) == 0 {
+		return nil
+	}
+	defer leases.drop(items...)
 	now := d.cfg.Clock.Now()
 	turns := make([]*runningTurn, 0, len(items))
 	for _, it := range items {
@@ -197,43 +250,64 @@ func (d *Dispatcher) abandon(ctx context.Context, it *store.OrchestrationItem, d
 	}
 }
 
-// renewWhileRunning renews the batch's leases every third of their duration
-// until the returned function is called. Most batches end long before the
-// first renewal.
-func (d *Dispatcher) renewWhileRunning(ctx context.Context, items []*store.OrchestrationItem) (stop func()) {
-	var mu sync.Mutex
-	stopped := false
-	var timer *time.Timer
-	renew := func() {
-		for _, it := range items {
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
-				return
-			}
-			mu.Unlock()
-			expires, err := d.cfg.Store.RenewOrchestrationLease(ctx, &store.RenewOrchestrationLeaseParams{Lease: it.Lease, Duration: d.cfg.LeaseDuration})
-			if err != nil {
-				d.log.Warn("lease renewal failed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "error", err)
-				continue
-			}
-			d.log.Debug("lease renewed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "until", expires)
+// leaseKeeper renews the leases of a batch every third of their duration,
+// in a goroutine, until stop; drop ends the renewal of leases released
+// before. Most batches end long before the first renewal.
+type leaseKeeper struct {
+	d       *Dispatcher
+	ctx     context.Context
+	mu      sync.Mutex
+	items   []*store.OrchestrationItem
+	timer   *time.Timer
+	stopped bool
+}
+
+func (d *Dispatcher) keepLeases(ctx context.Context, items []*store.OrchestrationItem) *leaseKeeper {
+	k := &leaseKeeper{d: d, ctx: ctx, items: slices.Clone(items)}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.timer = time.AfterFunc(d.cfg.LeaseDuration/3, k.renew)
+	return k
+}
+
+func (k *leaseKeeper) renew() {
+	d := k.d
+	k.mu.Lock()
+	items := slices.Clone(k.items)
+	k.mu.Unlock()
+	for _, it := range items {
+		k.mu.Lock()
+		held := !k.stopped && slices.Contains(k.items, it)
+		k.mu.Unlock()
+		if !held {
+			continue
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			timer.Reset(d.cfg.LeaseDuration / 3)
+		expires, err := d.cfg.Store.RenewOrchestrationLease(k.ctx, &store.RenewOrchestrationLeaseParams{Lease: it.Lease, Duration: d.cfg.LeaseDuration})
+		if err != nil {
+			d.log.Warn("lease renewal failed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "error", err)
+			continue
 		}
+		d.log.Debug("lease renewed", "tenant", it.Lease.TenantID, "instance", it.Lease.InstanceID, "until", expires)
 	}
-	mu.Lock()
-	timer = time.AfterFunc(d.cfg.LeaseDuration/3, renew)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		timer.Stop()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.timer.Reset(d.cfg.LeaseDuration / 3)
 	}
+}
+
+// drop stops renewing the leases of items (they were released).
+func (k *leaseKeeper) drop(items ...*store.OrchestrationItem) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.items = slices.DeleteFunc(k.items, func(it *store.OrchestrationItem) bool { return slices.Contains(items, it) })
+}
+
+func (k *leaseKeeper) stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stopped = true
+	k.timer.Stop()
 }
 
 // turn runs the engine over a fetched instance and returns the ack that
@@ -284,12 +358,12 @@ func (d *Dispatcher) turn(ctx context.Context, it *store.OrchestrationItem) (*st
 	def, err := d.defs.get(ctx, it.Lease.TenantID, inst.Name, inst.Version)
 	var decision engine.Decision
 	switch {
-	case it.Claims > int64(d.cfg.MaxTurnAttempts):
-		// The turns of the leases before this one never ended: running it
-		// again would most likely kill this process too.
+	case it.Strikes >= int64(d.cfg.MaxTurnAttempts):
+		// The last turns, each run alone, never ended: running it again
+		// would most likely kill this process too.
 		f := engine.Failure{Kind: FailureKindPoison, Message: fmt.Sprintf(
-			"the instance's last %d turns died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", it.Claims-1)}
-		log.Error("poison instance: failed without running its turn", "claims", it.Claims)
+			"the instance's last %d turns, each run alone, died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", it.Strikes)}
+		log.Error("poison instance: failed without running its turn", "claims", it.Claims, "strikes", it.Strikes)
 		if decision, err = engine.Fail(in, inst.Name, inst.Version, f); err != nil {
 			return fail(f.Message)
 		}

@@ -367,7 +367,7 @@ WHERE u.instance_id IN (SELECT instance_id FROM turn)`,
 ), leases AS (
 	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
 	SELECT $1, instance_id, gen_random_uuid(), 0, $2 FROM created
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -501,7 +501,7 @@ WITH t AS (
 	-- the statements before wrote, included). A turn that names another
 	-- execution than the current one writes nothing and consumes nothing:
 	-- its lease goes, due at its earliest message.
-	UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = CASE
+	UPDATE instance_locks l SET locked_until = 0, claims = 0, strikes = 0, due_at = CASE
 		WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = $1 AND c.instance_id = t.instance_id
 			AND c.current_execution_id = t.execution_id AND NOT c.deleting)
 		THEN `+releaseDue(nextDue("$16::UUID[]"))+`

@@ -30,6 +30,7 @@ var (
 	sqlZombieMessages                    = stmt("ZombieMessages")
 	sqlConsumeZombies                    = stmt("ConsumeZombies")
 	sqlRenewOrchestrationLease           = stmt("RenewOrchestrationLease")
+	sqlStrikeOrchestrationLease          = stmt("StrikeOrchestrationLease")
 	sqlAbandonOrchestrationItem          = stmt("AbandonOrchestrationItem")
 	sqlAbandonOrchestrationItemWithDelay = stmt("AbandonOrchestrationItemWithDelay")
 )
@@ -364,8 +365,9 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		claimed  []store.Instance // InstanceID and TenantID always set; Name empty for a zombie
 		history  map[string][]store.HistoryEvent
 		messages map[string][]store.QueuedMessage
-		// claimCounts: the claims column of each lease row after the claim.
-		claimCounts map[string]int64
+		// claimCounts and strikes: the claims and strikes columns of each
+		// lease row after the claim.
+		claimCounts, strikes map[string]int64
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		claim := pgx.StrictNamedArgs{"now": now, "token": token, "until": until, "max": max}
@@ -381,7 +383,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		b.Queue(sqlLeasedInputs, pgx.StrictNamedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
 	}, func(br pgx.BatchResults) error {
 		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
-		claimCounts = map[string]int64{}
+		claimCounts, strikes = map[string]int64{}, map[string]int64{}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -393,7 +395,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		for rows.Next() {
 			var in store.Instance
 			var exists bool
-			var claims int64
+			var claims, struck int64
 			var status, name, version, root *string
 			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
 			var h struct {
@@ -406,7 +408,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				executions, visible, created []int64
 				payloads                     [][]byte
 			}
-			if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &exists, &name, &version, &status, &execID,
+			if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &struck, &exists, &name, &version, &status, &execID,
 				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
 				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount,
 				&h.ids, &h.kinds, &h.payloads, &h.created,
@@ -421,7 +423,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				in.ExecutionCount, in.EventCount = *execCount, *eventCount
 			}
 			claimed = append(claimed, in)
-			claimCounts[in.InstanceID] = claims
+			claimCounts[in.InstanceID], strikes[in.InstanceID] = claims, struck
 			for i, id := range h.ids {
 				history[in.InstanceID] = append(history[in.InstanceID], store.HistoryEvent{
 					EventID: id, Kind: h.kinds[i], Payload: h.payloads[i], CreatedAt: fromMillis(h.created[i])})
@@ -472,7 +474,8 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			slices.SortStableFunc(msgs, func(a, b store.QueuedMessage) int {
 				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 			})
-			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs, Claims: claimCounts[in.InstanceID]})
+			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs,
+				Claims: claimCounts[in.InstanceID], Strikes: strikes[in.InstanceID]})
 		}
 	}
 	return items, again, nil
@@ -518,6 +521,32 @@ func (s *Store) RenewOrchestrationLease(ctx context.Context, p *store.RenewOrche
 		return time.Time{}, leaseLost(p.Lease)
 	}
 	return fromMillis(until), nil
+}
+
+// StrikeOrchestrationLease counts, under a live lease, a turn about to run
+// alone after the instance's lease lapsed.
+func (s *Store) StrikeOrchestrationLease(ctx context.Context, lease store.OrchestrationLease) (int64, error) {
+	if !validToken(lease.Token) {
+		return 0, leaseLost(lease)
+	}
+	now := s.now()
+	var strikes int64
+	err := s.retry(ctx, func(ctx context.Context) error {
+		err := s.pool.QueryRow(ctx, sqlStrikeOrchestrationLease, pgx.StrictNamedArgs{
+			"tenant_id": lease.TenantID, "instance_id": lease.InstanceID, "token": lease.Token, "now": now}).Scan(&strikes)
+		if errors.Is(err, pgx.ErrNoRows) {
+			strikes = -1
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if strikes < 0 {
+		return 0, leaseLost(lease)
+	}
+	return strikes, nil
 }
 
 func leaseLost(l store.OrchestrationLease) error {

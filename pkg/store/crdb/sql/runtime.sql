@@ -40,7 +40,7 @@ WITH i AS (
 	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
 	SELECT @tenant_id, instance_id, gen_random_uuid(), 0, @now FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0
+		SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -187,7 +187,7 @@ SELECT c.tenant_id, c.instance_id FROM claimed c;
 -- lateral's arrays line up (its aggregates read the same rows in the same
 -- order); the fetch sorts them. A NULL name is an instance that is gone or
 -- being deleted.
-SELECT l.tenant_id, l.instance_id, l.claims, i.instance_id IS NOT NULL,
+SELECT l.tenant_id, l.instance_id, l.claims, l.strikes, i.instance_id IS NOT NULL,
 	i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
@@ -271,10 +271,17 @@ UPDATE instance_locks l SET locked_until = @until,
 	due_at = CASE WHEN l.due_at < l.locked_until THEN l.due_at ELSE @until END
 WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
 
+-- name: StrikeOrchestrationLease
+-- Counts, under a live lease, the turn about to run alone (see strikes in
+-- migration 0017), and returns the count.
+UPDATE instance_locks SET strikes = strikes + 1
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now
+RETURNING strikes;
+
 -- name: AbandonOrchestrationItem
 -- Releases a live lease: due at the earliest message left (or earlier, when
 -- a message came during the lease).
-UPDATE instance_locks l SET locked_until = 0, claims = 0, due_at = CASE
+UPDATE instance_locks l SET locked_until = 0, claims = 0, strikes = 0, due_at = CASE
 	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
 	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
@@ -284,7 +291,7 @@ WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @to
 -- name: AbandonOrchestrationItemWithDelay
 -- Releases a live lease into one nobody holds (@new_token) until @until:
 -- not due before the delay ends.
-UPDATE instance_locks l SET lock_token = @new_token, locked_until = @until, claims = 0, due_at = GREATEST(CASE
+UPDATE instance_locks l SET lock_token = @new_token, locked_until = @until, claims = 0, strikes = 0, due_at = GREATEST(CASE
 	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
 	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
