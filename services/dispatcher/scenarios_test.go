@@ -88,20 +88,7 @@ func TestCrashBetweenFetchAndAck(t *testing.T) {
 	s := newSystem(t, oneActivity)
 	s.start("crash", "one", "x", nil)
 
-	pool := testdb.PoolFor(t, s.pool, 2)
-	doomed := s.dispatcher(dispatcher.Config{Store: crdb.New(pool, crdb.Options{Clock: s.clock}), Loops: 1, LeaseDuration: time.Minute})
-	fetched := make(chan struct{})
-	var once sync.Once
-	doomed.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
-		// The process dies here: its connections go, nothing is acked or
-		// released.
-		once.Do(func() { pool.Close(); close(fetched) })
-	})
-	ctx, kill := context.WithCancel(t.Context())
-	require.NoError(t, doomed.Start(ctx))
-	<-fetched
-	kill()
-	_ = doomed.Stop(t.Context())
+	doomed := s.dieHolding(dispatcher.Config{Loops: 1, LeaseDuration: time.Minute})
 	require.Zero(t, doomed.Stats().Turns, "the killed dispatcher acked nothing")
 
 	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1, LeaseDuration: time.Minute}))
@@ -123,18 +110,7 @@ func TestKilledDispatchersInstanceWaitsOnlyTheDefaultLease(t *testing.T) {
 	s.start("held", "one", "x", nil)
 	claimedAt := s.clock.Now()
 
-	pool := testdb.PoolFor(t, s.pool, 2)
-	doomed := s.dispatcher(dispatcher.Config{Store: crdb.New(pool, crdb.Options{Clock: s.clock}), Loops: 1})
-	fetched := make(chan struct{})
-	var once sync.Once
-	doomed.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
-		once.Do(func() { pool.Close(); close(fetched) })
-	})
-	ctx, kill := context.WithCancel(t.Context())
-	require.NoError(t, doomed.Start(ctx))
-	<-fetched
-	kill()
-	_ = doomed.Stop(t.Context())
+	s.dieHolding(dispatcher.Config{Loops: 1})
 
 	var lockedUntil int64
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT locked_until FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'held'`, tenant).Scan(&lockedUntil))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,6 +93,27 @@ func (s *system) dispatcher(cfg dispatcher.Config) *dispatcher.Dispatcher {
 	d, err := dispatcher.New(cfg)
 	require.NoError(s.t, err)
 	return d
+}
+
+// dieHolding runs a dispatcher (cfg, on connections of its own) until it
+// dies in its first batch, between fetch and ack, as a killed process
+// would: its connections go, nothing is acked or released.
+func (s *system) dieHolding(cfg dispatcher.Config) *dispatcher.Dispatcher {
+	s.t.Helper()
+	pool := testdb.PoolFor(s.t, s.pool, 2)
+	cfg.Store = crdb.New(pool, crdb.Options{Clock: s.clock})
+	doomed := s.dispatcher(cfg)
+	fetched := make(chan struct{})
+	var once sync.Once
+	doomed.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		once.Do(func() { pool.Close(); close(fetched) })
+	})
+	ctx, kill := context.WithCancel(s.t.Context())
+	require.NoError(s.t, doomed.Start(ctx))
+	<-fetched
+	kill()
+	_ = doomed.Stop(s.t.Context())
+	return doomed
 }
 
 func (s *system) startDispatcher(d *dispatcher.Dispatcher) {
