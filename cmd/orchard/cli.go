@@ -396,12 +396,15 @@ func (v *tagsValue) Set(s string) error {
 	return nil
 }
 
-// statusNames are the statuses flags accept, in lower case.
-var statusNames = map[string]sdk.Status{
-	"running": sdk.StatusRunning, "completed": sdk.StatusCompleted, "failed": sdk.StatusFailed,
-	"cancelled": sdk.StatusCancelled, "canceled": sdk.StatusCancelled,
-	"continuedasnew": sdk.StatusContinuedAsNew, "continued-as-new": sdk.StatusContinuedAsNew,
-}
+// statusNames are the statuses flags accept, in lower case: every status by
+// its name, and a few spellings people type.
+var statusNames = func() map[string]sdk.Status {
+	m := map[string]sdk.Status{"canceled": sdk.StatusCancelled, "continued-as-new": sdk.StatusContinuedAsNew}
+	for _, s := range sdk.Statuses() {
+		m[strings.ToLower(string(s))] = s
+	}
+	return m
+}()
 
 // statusValue is a repeatable (and comma-separated) status flag.
 type statusValue struct{ s *[]sdk.Status }

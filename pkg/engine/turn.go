@@ -20,6 +20,11 @@ const (
 	StatusContinuedAsNew Status = "ContinuedAsNew"
 )
 
+// Statuses are every status a turn can leave an execution in.
+func Statuses() []Status {
+	return []Status{StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusContinuedAsNew}
+}
+
 // TurnInput is everything a turn reads: the instance, the current execution's history
 // and the new messages, and the turn's time (the engine has no clock).
 type TurnInput struct {

@@ -35,19 +35,45 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
-var statusToProto = map[Status]orchardv1.InstanceStatus{
-	StatusRunning:        orchardv1.InstanceStatus_INSTANCE_STATUS_RUNNING,
-	StatusCompleted:      orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED,
-	StatusFailed:         orchardv1.InstanceStatus_INSTANCE_STATUS_FAILED,
-	StatusCancelled:      orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED,
-	StatusContinuedAsNew: orchardv1.InstanceStatus_INSTANCE_STATUS_CONTINUED_AS_NEW,
+// statuses pairs each Status with its proto value: the one table both
+// directions are built from.
+var statuses = []struct {
+	status Status
+	proto  orchardv1.InstanceStatus
+}{
+	{StatusRunning, orchardv1.InstanceStatus_INSTANCE_STATUS_RUNNING},
+	{StatusCompleted, orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED},
+	{StatusFailed, orchardv1.InstanceStatus_INSTANCE_STATUS_FAILED},
+	{StatusCancelled, orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED},
+	{StatusContinuedAsNew, orchardv1.InstanceStatus_INSTANCE_STATUS_CONTINUED_AS_NEW},
 }
 
+var (
+	statusToProto      = make(map[Status]orchardv1.InstanceStatus, len(statuses))
+	statusFromProtoMap = make(map[orchardv1.InstanceStatus]Status, len(statuses))
+)
+
+func init() {
+	for _, s := range statuses {
+		statusToProto[s.status] = s.proto
+		statusFromProtoMap[s.proto] = s.status
+	}
+}
+
+// Statuses are every status, in lifecycle order.
+func Statuses() []Status {
+	out := make([]Status, len(statuses))
+	for i, s := range statuses {
+		out[i] = s.status
+	}
+	return out
+}
+
+// statusFromProto names a proto status; a value this SDK does not know (a
+// newer server's) reads as Unknown(n) rather than as another status.
 func statusFromProto(s orchardv1.InstanceStatus) Status {
-	for st, p := range statusToProto {
-		if p == s {
-			return st
-		}
+	if st, ok := statusFromProtoMap[s]; ok {
+		return st
 	}
 	return Status(fmt.Sprintf("Unknown(%d)", s))
 }

@@ -13,6 +13,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -46,14 +47,13 @@ func (s Status) Terminal() bool {
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
-// Valid reports whether s is one of the known statuses.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusContinuedAsNew:
-		return true
-	}
-	return false
+// Statuses are every status, in lifecycle order.
+func Statuses() []Status {
+	return []Status{StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusContinuedAsNew}
 }
+
+// Valid reports whether s is one of the known statuses.
+func (s Status) Valid() bool { return slices.Contains(Statuses(), s) }
 
 // Message is the content of an orchestrator queue item: what a turn consumes
 // (a start, an activity result, a fired timer, an external event, a child's

@@ -30,19 +30,28 @@ func boundFromTimestamp(ts *timestamppb.Timestamp) *time.Time {
 	return new(ts.AsTime())
 }
 
-var statusToProto = map[store.Status]orchardv1.InstanceStatus{
-	store.StatusRunning:        orchardv1.InstanceStatus_INSTANCE_STATUS_RUNNING,
-	store.StatusCompleted:      orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED,
-	store.StatusFailed:         orchardv1.InstanceStatus_INSTANCE_STATUS_FAILED,
-	store.StatusCancelled:      orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED,
-	store.StatusContinuedAsNew: orchardv1.InstanceStatus_INSTANCE_STATUS_CONTINUED_AS_NEW,
+// statuses pairs each store status with its proto value: the one table both
+// directions are built from.
+var statuses = []struct {
+	store store.Status
+	proto orchardv1.InstanceStatus
+}{
+	{store.StatusRunning, orchardv1.InstanceStatus_INSTANCE_STATUS_RUNNING},
+	{store.StatusCompleted, orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED},
+	{store.StatusFailed, orchardv1.InstanceStatus_INSTANCE_STATUS_FAILED},
+	{store.StatusCancelled, orchardv1.InstanceStatus_INSTANCE_STATUS_CANCELLED},
+	{store.StatusContinuedAsNew, orchardv1.InstanceStatus_INSTANCE_STATUS_CONTINUED_AS_NEW},
 }
 
-var statusFromProto = map[orchardv1.InstanceStatus]store.Status{}
+var (
+	statusToProto   = make(map[store.Status]orchardv1.InstanceStatus, len(statuses))
+	statusFromProto = make(map[orchardv1.InstanceStatus]store.Status, len(statuses))
+)
 
 func init() {
-	for s, p := range statusToProto {
-		statusFromProto[p] = s
+	for _, s := range statuses {
+		statusToProto[s.store] = s.proto
+		statusFromProto[s.proto] = s.store
 	}
 }
 

@@ -493,7 +493,7 @@ func (d *Dispatcher) applyDecision(ctx context.Context, ack *store.AckOrchestrat
 	}
 
 	o := dec.Outcome
-	ack.Status = store.Status(o.Status)
+	ack.Status = storeStatus[o.Status]
 	switch o.Status {
 	case engine.StatusCompleted:
 		ack.Output = o.Output
@@ -574,4 +574,13 @@ func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem)
 	if res.ExecutionsDeleted > 0 {
 		d.log.Debug("auto-pruned", "tenant", tenant, "instance", id, "executions", res.ExecutionsDeleted, "events", res.EventsDeleted)
 	}
+}
+
+// storeStatus is how the store keeps each status a turn decides.
+var storeStatus = map[engine.Status]store.Status{
+	engine.StatusRunning:        store.StatusRunning,
+	engine.StatusCompleted:      store.StatusCompleted,
+	engine.StatusFailed:         store.StatusFailed,
+	engine.StatusCancelled:      store.StatusCancelled,
+	engine.StatusContinuedAsNew: store.StatusContinuedAsNew,
 }
