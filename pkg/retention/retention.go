@@ -107,17 +107,14 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deleteConcurrency)
 	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
-		roots := ids(batch)
 		g.Go(func() error {
 			start := time.Now()
-			res, err := s.DeleteInstanceBulk(gctx, &store.DeleteInstanceBulkParams{
-				TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: roots}, Limit: len(roots),
-			})
+			res, err := s.DeleteExpired(gctx, &store.DeleteExpiredParams{TenantID: tenantID, Roots: batch})
 			if res != nil {
-				report(Result{Deleted: res.DeleteResult})
+				report(Result{Deleted: *res})
 			}
 			if err == nil {
-				o.Pacer.rest(gctx, time.Since(start), deletedRows(res.DeleteResult))
+				o.Pacer.rest(gctx, time.Since(start), deletedRows(*res))
 			}
 			return err
 		})

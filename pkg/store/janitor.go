@@ -17,6 +17,11 @@ type Janitor interface {
 	// retention needs. Instances with a retention of their own come from
 	// their own scan (Overrides).
 	ListExpiryCandidates(ctx context.Context, p *ListExpiryCandidatesParams) ([]ExpiryCandidate, error)
+	// DeleteExpired deletes the trees of roots judged expired, small trees
+	// many to a transaction. A root is skipped when it was replaced since
+	// (its completion time is not the candidate's) or a member of its tree
+	// runs.
+	DeleteExpired(ctx context.Context, p *DeleteExpiredParams) (*DeleteResult, error)
 	// SummarizeTrees counts, for each root, its tree's instances,
 	// executions and history events, and whether all of it is terminal.
 	SummarizeTrees(ctx context.Context, p *SummarizeTreesParams) (map[string]TreeSummary, error)
@@ -82,6 +87,13 @@ type ExpiryCandidate struct {
 	// Retention is the instance's own retention, nil when it follows the
 	// policy.
 	Retention *Retention
+}
+
+// DeleteExpiredParams names the roots to delete, as ListExpiryCandidates
+// read them; at most MaxFilterIDs.
+type DeleteExpiredParams struct {
+	TenantID string
+	Roots    []ExpiryCandidate
 }
 
 // SummarizeTreesParams names roots.

@@ -47,37 +47,11 @@ func (s *Store) DeleteInstanceBulk(ctx context.Context, p *store.DeleteInstanceB
 			return res, nil
 		}
 		after = keys[len(keys)-1]
-		roots := make([]string, len(keys))
-		for i, k := range keys {
-			roots[i] = k.id
-		}
-		for len(roots) > 0 {
-			var step store.DeleteResult
-			var big []string
-			var handled, trees int
-			err := s.inTx(ctx, func(tx pgx.Tx) error {
-				var err error
-				step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, p.TenantID, roots)
-				return err
-			})
-			if err != nil {
-				return res, err
-			}
-			s.purged(deletedRows(step))
-			res.Add(step)
-			deleted += trees
-			for _, root := range big {
-				r, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: p.TenantID, InstanceID: root})
-				if errors.Is(err, store.ErrInstanceRunning) {
-					continue // became busy since: skipped, like any running tree
-				}
-				if err != nil {
-					return res, err
-				}
-				res.Add(*r)
-				deleted++
-			}
-			roots = roots[handled:]
+		step, trees, err := s.deleteTrees(ctx, p.TenantID, keys)
+		res.Add(step)
+		deleted += trees
+		if err != nil {
+			return res, err
 		}
 		if !more {
 			res.Complete = true
@@ -136,72 +110,173 @@ ORDER BY i.completed_at, i.instance_id LIMIT %d`, q.whereSQL(), n)
 	return keys, err
 }
 
+// DeleteExpired deletes the trees of roots the janitor judged expired,
+// skipping any root replaced since (another completion time) and any tree
+// a member of which runs.
+func (s *Store) DeleteExpired(ctx context.Context, p *store.DeleteExpiredParams) (*store.DeleteResult, error) {
+	if p.TenantID == "" {
+		return nil, invalid("tenant id is required")
+	}
+	if len(p.Roots) > store.MaxFilterIDs {
+		return nil, invalid("at most %d roots in one call, got %d", store.MaxFilterIDs, len(p.Roots))
+	}
+	keys := make([]bulkKey, len(p.Roots))
+	for i, c := range p.Roots {
+		keys[i] = bulkKey{completedAt: c.CompletedAt.UnixMilli(), id: c.InstanceID}
+	}
+	res, _, err := s.deleteTrees(ctx, p.TenantID, keys)
+	return &res, err
+}
+
+// deleteTrees deletes the trees of these roots, each only while its root
+// is terminal with the completion time of its key and no member runs:
+// small trees many to a transaction, a tree bigger than one transaction
+// through DeleteInstance. It reports how many trees it deleted.
+func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKey) (store.DeleteResult, int, error) {
+	var res store.DeleteResult
+	deleted := 0
+	for len(roots) > 0 {
+		var step store.DeleteResult
+		var big []string
+		var handled, trees int
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, tenantID, roots)
+			return err
+		})
+		if err != nil {
+			return res, deleted, err
+		}
+		s.purged(deletedRows(step))
+		res.Add(step)
+		deleted += trees
+		for _, root := range big {
+			r, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: tenantID, InstanceID: root})
+			if errors.Is(err, store.ErrInstanceRunning) {
+				continue // became busy since: skipped, like any running tree
+			}
+			if err != nil {
+				return res, deleted, err
+			}
+			res.Add(*r)
+			deleted++
+		}
+		roots = roots[handled:]
+	}
+	return res, deleted, nil
+}
+
+var (
+	sqlTreeMembers        = stmt("TreeMembers")
+	sqlDeleteInstanceRows = stmt("DeleteInstanceRows")
+)
+
+// doomed are the instances one statement deletes, with the subsets that own
+// rows in the tables only some instances have rows in.
+type doomed struct {
+	ids, tagged, prunable, orchestratorQueued, workerQueued []string
+}
+
+// everything marks instances as owning rows everywhere, for callers that
+// have not looked.
+func everything(ids []string) doomed {
+	return doomed{ids: ids, tagged: ids, prunable: ids, orchestratorQueued: ids, workerQueued: ids}
+}
+
+// treeMember is one instance of a tree deleteSmallTrees considers.
+type treeMember struct {
+	root, id                     string
+	completedAt                  *int64
+	terminal, running, deleting  bool
+	executions, events           int64
+	tagged                       bool
+	orchestratorRows, workerRows int64
+}
+
 // deleteSmallTrees deletes, in one transaction, the trees of the first roots
 // that fit in it whole. It reports how many roots it handled (deleted,
-// skipped because a member runs, or set aside as too big for one
-// transaction) and how many trees it deleted.
-func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, roots []string) (r store.DeleteResult, big []string, handled, trees int, err error) {
-	rows, err := tx.Query(ctx, `
-SELECT i.root_instance_id, i.instance_id, i.status = 'Running' AND NOT i.deleting,
-	1 + i.execution_count + i.event_count
-	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = i.instance_id)
-	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = i.instance_id)
-FROM instances i WHERE i.tenant_id = $1 AND i.root_instance_id = ANY($2::TEXT[])`, tenantID, roots)
+// skipped because the root was replaced or a member runs, or set aside as
+// too big for one transaction) and how many trees it deleted.
+func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, roots []bulkKey) (r store.DeleteResult, big []string, handled, trees int, err error) {
+	ids := make([]string, len(roots))
+	for i, k := range roots {
+		ids[i] = k.id
+	}
+	rows, err := tx.Query(ctx, sqlTreeMembers, pgx.StrictNamedArgs{"tenant_id": tenantID, "roots": ids})
 	if err != nil {
 		return r, nil, 0, 0, err
 	}
 	type tree struct {
-		ids     []string
+		members []treeMember
 		cost    int64
+		root    treeMember // the zero member when the root is gone
 		running bool
 	}
 	byRoot := map[string]*tree{}
-	for rows.Next() {
-		var root, id string
-		var running bool
-		var cost int64
-		if err := rows.Scan(&root, &id, &running, &cost); err != nil {
-			rows.Close()
-			return r, nil, 0, 0, err
-		}
-		t := byRoot[root]
+	var m treeMember
+	_, err = pgx.ForEachRow(rows, []any{&m.root, &m.id, &m.completedAt, &m.terminal, &m.running, &m.deleting,
+		&m.executions, &m.events, &m.tagged, &m.orchestratorRows, &m.workerRows}, func() error {
+		t := byRoot[m.root]
 		if t == nil {
 			t = &tree{}
-			byRoot[root] = t
+			byRoot[m.root] = t
 		}
-		t.ids = append(t.ids, id)
-		t.cost += cost
-		t.running = t.running || running
-	}
-	if err := rows.Err(); err != nil {
+		t.members = append(t.members, m)
+		if m.id == m.root {
+			t.root = m
+		}
+		t.cost += 1 + m.executions + m.events + m.orchestratorRows + m.workerRows
+		t.running = t.running || (m.running && !m.deleting)
+		return nil
+	})
+	if err != nil {
 		return r, nil, 0, 0, err
 	}
 	budget := s.opts.MaxRowsPerTransaction
-	var ids []string
-	for _, root := range roots {
-		t := byRoot[root]
+	var d doomed
+	for _, k := range roots {
+		t := byRoot[k.id]
 		switch {
-		case t == nil || t.running:
-			// Gone meanwhile, or a member still runs: skipped.
+		case t == nil || t.running || !t.root.terminal ||
+			t.root.completedAt == nil || *t.root.completedAt != k.completedAt:
+			// Gone or replaced meanwhile, or a member still runs: skipped.
 		case t.cost > s.opts.MaxRowsPerTransaction:
-			big = append(big, root)
+			big = append(big, k.id)
 		case t.cost > budget:
 			// Full: the next transaction takes it.
-			return s.finishSmallTrees(ctx, tx, tenantID, ids, big, handled, trees)
+			return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees)
 		default:
-			ids = append(ids, t.ids...)
+			for _, m := range t.members {
+				d.add(m)
+			}
 			budget -= t.cost
 			trees++
 		}
 		handled++
 	}
-	return s.finishSmallTrees(ctx, tx, tenantID, ids, big, handled, trees)
+	return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees)
 }
 
-func (s *Store) finishSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, ids, big []string, handled, trees int) (store.DeleteResult, []string, int, int, error) {
-	if len(ids) == 0 {
+func (d *doomed) add(m treeMember) {
+	d.ids = append(d.ids, m.id)
+	if m.tagged || m.deleting {
+		d.tagged = append(d.tagged, m.id)
+	}
+	if m.executions > 1 || m.deleting {
+		d.prunable = append(d.prunable, m.id)
+	}
+	if m.orchestratorRows > 0 || m.deleting {
+		d.orchestratorQueued = append(d.orchestratorQueued, m.id)
+	}
+	if m.workerRows > 0 || m.deleting {
+		d.workerQueued = append(d.workerQueued, m.id)
+	}
+}
+
+func (s *Store) finishSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, d doomed, big []string, handled, trees int) (store.DeleteResult, []string, int, int, error) {
+	if len(d.ids) == 0 {
 		return store.DeleteResult{}, big, handled, trees, nil
 	}
-	r, err := deleteRows(ctx, tx, tenantID, ids)
+	r, err := deleteRows(ctx, tx, tenantID, d)
 	return r, big, handled, trees, err
 }

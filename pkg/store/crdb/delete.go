@@ -9,39 +9,17 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// deleteRows removes instances with everything they own (history,
-// executions, queue rows, lease, tags) in one statement that touches each table
-// once, takes the visible ones off the status counters, and returns the
-// counts. The caller has checked that no orphan is left.
-func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, ids []string) (store.DeleteResult, error) {
+// deleteRows removes instances with everything they own in one statement
+// (DeleteInstanceRows) and returns the counts. The caller has checked that
+// no orphan is left.
+func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, d doomed) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows int64
-	err := tx.QueryRow(ctx, `
-WITH h AS (
-	DELETE FROM history WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), e AS (
-	DELETE FROM executions WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), oq AS (
-	DELETE FROM orchestrator_queue WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), wq AS (
-	DELETE FROM worker_queue WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), l AS (
-	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), tg AS (
-	DELETE FROM instance_tags WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), pr AS (
-	DELETE FROM instance_prunable WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING 1
-), i AS (
-	DELETE FROM instances WHERE tenant_id = $1 AND instance_id = ANY($2::TEXT[]) RETURNING status, deleting
-), counted AS (
-	INSERT INTO instance_counts (tenant_id, status, shard, n)
-	SELECT $1, status, $3, -count(*) FROM i WHERE NOT deleting GROUP BY status ORDER BY status
-	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
-	RETURNING 1
-)
-SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM h),
-	(SELECT count(*) FROM oq), (SELECT count(*) FROM wq)`, tenantID, ids, countShard()).
-		Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
+	err := tx.QueryRow(ctx, sqlDeleteInstanceRows, pgx.StrictNamedArgs{
+		"tenant_id": tenantID, "ids": d.ids, "tagged": nonNil(d.tagged), "prunable": nonNil(d.prunable),
+		"orchestrator_queued": nonNil(d.orchestratorQueued), "worker_queued": nonNil(d.workerQueued),
+		"shard": countShard(),
+	}).Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
 	r.QueueMessagesDeleted = orchestratorRows + workerRows
 	return r, err
 }
@@ -115,7 +93,7 @@ FROM instances i WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[])`, p.
 		case len(ids) == 0:
 			return nil
 		}
-		res, err = deleteRows(ctx, tx, p.TenantID, ids)
+		res, err = deleteRows(ctx, tx, p.TenantID, everything(ids))
 		return err
 	})
 	if err != nil {
@@ -195,7 +173,7 @@ func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, node
 		r, err := s.deleteInstancePiece(ctx, tx, tenantID, nodes[0].id)
 		return r, false, err
 	}
-	r, err := deleteRows(ctx, tx, tenantID, ids)
+	r, err := deleteRows(ctx, tx, tenantID, everything(ids))
 	return r, len(ids) == len(nodes), err
 }
 

@@ -406,6 +406,71 @@ func testBulkDeleteRetentionAndCascade(t *testing.T, h *harness) {
 	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 1, store.StatusFailed: 1, store.StatusRunning: 1})
 }
 
+// testDeleteExpiredJudgesRootsAgain: the janitor's delete takes whole
+// trees with everything their instances own, whatever each owns, and
+// skips a root that was replaced after it was chosen or whose tree still
+// runs.
+func testDeleteExpiredJudgesRootsAgain(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "tagged") // h.start gives tags
+	h.finish(tenant, "tagged", store.StatusCompleted)
+	_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: "plain", Name: "order", Version: "1", Start: store.Message{Kind: kindStart},
+	})
+	require.NoError(t, err)
+	h.finish(tenant, "plain", store.StatusCompleted)
+	h.start(tenant, "chain")
+	h.continueAsNew(tenant, "chain", 2) // a prunable row
+	h.finish(tenant, "chain", store.StatusCompleted)
+	h.scheduleActivities(tenant, "queued", 2)            // starts it
+	h.enqueue(tenant, "queued", `"later"`, 48*time.Hour) // outlives the instance's end
+	h.finish(tenant, "queued", store.StatusCompleted)
+	h.start(tenant, "tree")
+	h.drain(tenant)
+	h.startChildren(tenant, "tree", "tree:1")
+	h.drain(tenant)
+	h.finish(tenant, "tree:1", store.StatusCompleted)
+	h.finish(tenant, "tree", store.StatusCompleted)
+	h.start(tenant, "busy")
+	h.drain(tenant)
+	h.startChildren(tenant, "busy", "busy:1") // still running
+	h.drain(tenant)
+	h.finish(tenant, "busy", store.StatusCompleted)
+	h.start(tenant, "replaced")
+	h.finish(tenant, "replaced", store.StatusCompleted)
+
+	j, ok := h.s.(store.Janitor)
+	require.True(t, ok, "the store serves the janitor")
+	h.clock.Advance(time.Hour)
+	candidates, err := j.ListExpiryCandidates(h.ctx(), &store.ListExpiryCandidatesParams{
+		TenantID: tenant, Status: store.StatusCompleted, CompletedBefore: h.clock.Now(), Limit: 100,
+	})
+	require.NoError(t, err)
+	require.Len(t, candidates, 7)
+
+	// Deleted and started again under the same id after it was chosen.
+	_, err = h.deleteInstance(tenant, "replaced", false)
+	require.NoError(t, err)
+	h.clock.Advance(time.Minute)
+	h.start(tenant, "replaced")
+	h.finish(tenant, "replaced", store.StatusCompleted)
+
+	res, err := j.DeleteExpired(h.ctx(), &store.DeleteExpiredParams{TenantID: tenant, Roots: candidates})
+	require.NoError(t, err)
+	require.Equal(t, int64(6), res.InstancesDeleted, "tagged, plain, chain, queued, tree and its child")
+	require.Equal(t, int64(3), res.QueueMessagesDeleted, "the timer and the two activity tasks")
+	for _, id := range []string{"tagged", "plain", "chain", "queued", "tree", "tree:1"} {
+		h.gone(tenant, id)
+	}
+	h.instance(tenant, "busy")
+	h.instance(tenant, "busy:1")
+	h.instance(tenant, "replaced")
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 2, store.StatusRunning: 1})
+
+	_, err = j.DeleteExpired(h.ctx(), &store.DeleteExpiredParams{TenantID: "", Roots: candidates})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+}
+
 func (h *harness) continueAsNew(tenant, id string, times int) {
 	h.t.Helper()
 	for range times {

@@ -88,6 +88,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"DeleteInstancesAtomic", testDeleteInstancesAtomic},
 		{"BulkDeleteFilters", testBulkDeleteFilters},
 		{"BulkDeleteRetentionAndCascade", testBulkDeleteRetentionAndCascade},
+		{"DeleteExpiredJudgesRootsAgain", testDeleteExpiredJudgesRootsAgain},
 		{"PruneOptions", testPruneOptions},
 		{"PruneBulk", testPruneBulk},
 		{"ListFilters", testListFilters},
