@@ -92,7 +92,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, t := range tenants {
 		for i := range t.plan.Loads {
 			l := &t.plan.Loads[i]
-			loads.Go(func() { drive(runCtx, t, l, rec, &inFlight, t0, end) })
+			loads.Go(func() {
+				Drive(runCtx, l, t0, end, func(seq int64, due time.Time) {
+					inFlight.Add(1)
+					defer inFlight.Add(-1)
+					err := l.runOne(runCtx, t.client, seq)
+					now := time.Now()
+					if runCtx.Err() != nil && !now.Before(end) {
+						return // cut off by the end of the run, not a failure
+					}
+					rec.Record(t.plan.ID, l.Name, now, now.Sub(due), err)
+				})
+			})
 		}
 	}
 
@@ -148,26 +159,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// drive offers one load until end: closed-loop or open-loop.
-func drive(ctx context.Context, t *tenantRun, l *LoadPlan, rec *Recorder, inFlight *atomic.Int64, t0, end time.Time) {
+// Drive offers one load until end (or until ctx ends): closed-loop or
+// open-loop (the i-th arrival due at t0 + i/rate). It calls one for each
+// orchestration, with its sequence number in the load (from 1) and when it
+// was due, and returns once every call has returned.
+func Drive(ctx context.Context, l *LoadPlan, t0, end time.Time, one func(seq int64, due time.Time)) {
 	var seq atomic.Int64
-	one := func(due time.Time) {
-		inFlight.Add(1)
-		defer inFlight.Add(-1)
-		err := l.runOne(ctx, t.client, seq.Add(1))
-		now := time.Now()
-		if ctx.Err() != nil && !now.Before(end) {
-			return // cut off by the end of the run, not a failure
-		}
-		rec.Record(t.plan.ID, l.Name, now, now.Sub(due), err)
-	}
+	run := func(due time.Time) { one(seq.Add(1), due) }
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if l.InFlight > 0 {
 		for range l.InFlight {
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					one(time.Now())
+					run(time.Now())
 				}
 			})
 		}
@@ -199,41 +204,59 @@ func drive(ctx context.Context, t *tenantRun, l *LoadPlan, rec *Recorder, inFlig
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			one(due)
+			run(due)
 		})
 	}
 }
 
-// setUp makes each tenant ready: created, its limits set, a token minted
-// (or read from its token_env), the definitions registered, the workers
-// built.
+// setUp makes each tenant ready (PrepareTenant) and builds its workers.
 func setUp(ctx context.Context, cfg Config, hc *http.Client) ([]*tenantRun, error) {
-	var admin *sdk.AdminClient
-	if cfg.AdminToken != "" {
-		admin = sdk.NewAdminClient(cfg.API, sdk.WithToken(cfg.AdminToken), sdk.WithHTTPClient(hc))
-	}
 	var out []*tenantRun
 	for i := range cfg.Plan.Tenants {
 		tp := &cfg.Plan.Tenants[i]
-		token, err := tenantToken(ctx, cfg, admin, tp)
+		token, err := PrepareTenant(ctx, cfg, hc, tp)
 		if err != nil {
-			return nil, fmt.Errorf("tenant %s: %w", tp.ID, err)
+			return nil, err
 		}
 		setup := sdk.NewClient(cfg.API, sdk.WithToken(token), sdk.WithHTTPClient(hc))
-		if err := register(ctx, setup, tp); err != nil {
-			return nil, fmt.Errorf("tenant %s: %w", tp.ID, err)
-		}
 		t := &tenantRun{plan: tp, client: sdk.NewClient(cfg.API, sdk.WithToken(token), sdk.WithHTTPClient(hc), sdk.WithRetryPolicy(sdk.RetryPolicy{MaxAttempts: 1}))}
 		for n := range cfg.Plan.Workers.Count {
-			w := sdk.NewWorker(setup, TaskQueue, sdk.WithConcurrency(cfg.Plan.Workers.Concurrency),
-				sdk.WithIdentity(fmt.Sprintf("loadtest-%s-%d", tp.ID, n)), sdk.WithLogger(cfg.Logger), sdk.WithPollWait(10*time.Second),
-				sdk.WithStopTimeout(5*time.Second))
-			sdk.Register(w, EchoActivity, func(_ context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil })
-			t.workers = append(t.workers, w)
+			t.workers = append(t.workers, NewEchoWorker(setup, fmt.Sprintf("loadtest-%s-%d", tp.ID, n), cfg.Plan.Workers.Concurrency,
+				sdk.WithLogger(cfg.Logger), sdk.WithStopTimeout(5*time.Second)))
 		}
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// PrepareTenant makes a plan's tenant ready through the API at cfg.API:
+// created and its limits set (with cfg.AdminToken) unless it names a
+// token_env, its token minted, the definitions its loads run registered. It
+// returns the tenant's token (client, worker and tenant-admin roles). While
+// the API does not answer yet it tries again, for cfg.ReadyTimeout.
+func PrepareTenant(ctx context.Context, cfg Config, hc *http.Client, tp *TenantPlan) (string, error) {
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, 30*time.Second)
+	var admin *sdk.AdminClient
+	if cfg.AdminToken != "" {
+		admin = sdk.NewAdminClient(cfg.API, sdk.WithToken(cfg.AdminToken), sdk.WithHTTPClient(hc))
+	}
+	token, err := tenantToken(ctx, cfg, admin, tp)
+	if err != nil {
+		return "", fmt.Errorf("tenant %s: %w", tp.ID, err)
+	}
+	if err := register(ctx, sdk.NewClient(cfg.API, sdk.WithToken(token), sdk.WithHTTPClient(hc)), tp); err != nil {
+		return "", fmt.Errorf("tenant %s: %w", tp.ID, err)
+	}
+	return token, nil
+}
+
+// NewEchoWorker is a worker of the load test's task queue that runs its one
+// activity (EchoActivity), concurrency at once, calling the API through c.
+func NewEchoWorker(c *sdk.Client, identity string, concurrency int, opts ...sdk.WorkerOption) *sdk.Worker {
+	opts = append([]sdk.WorkerOption{sdk.WithConcurrency(concurrency), sdk.WithIdentity(identity), sdk.WithPollWait(10 * time.Second)}, opts...)
+	w := sdk.NewWorker(c, TaskQueue, opts...)
+	sdk.Register(w, EchoActivity, func(_ context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil })
+	return w
 }
 
 // tenantToken returns a token of the tenant with the client, worker and

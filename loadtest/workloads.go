@@ -95,11 +95,21 @@ func (l *LoadPlan) input(seq int64) any {
 	}
 }
 
+// Start starts the load's seq-th orchestration: its definition, with the
+// input its parameters give (opts may add an instance id, tags...).
+func (l *LoadPlan) Start(ctx context.Context, c *sdk.Client, seq int64, opts ...sdk.StartOption) (string, error) {
+	return c.Start(ctx, definitionName(l.Kind), l.input(seq), append([]sdk.StartOption{sdk.WithVersion("1")}, opts...)...)
+}
+
+// ChildID is the instance id of the child a sub-orchestration load's
+// instance starts.
+func ChildID(parent string) string { return parent + "-child" }
+
 // runOne runs one orchestration of the load to its end: start, the
 // client's part (an event), wait. It returns the failure's code, or "" when
 // the orchestration completed.
 func (l *LoadPlan) runOne(ctx context.Context, c *sdk.Client, seq int64) error {
-	id, err := c.Start(ctx, definitionName(l.Kind), l.input(seq), sdk.WithVersion("1"))
+	id, err := l.Start(ctx, c, seq)
 	if err != nil {
 		return err
 	}
