@@ -292,7 +292,7 @@ func tenantToken(ctx context.Context, cfg Config, admin *sdk.AdminClient, tp *Te
 		if !errors.Is(err, sdk.ErrUnavailable) || time.Now().After(deadline) {
 			return "", err
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if !Sleep(ctx, 200*time.Millisecond) {
 			return "", ctx.Err()
 		}
 	}
@@ -326,7 +326,8 @@ func register(ctx context.Context, c *sdk.Client, tp *TenantPlan) error {
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d, or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -147,7 +147,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 			port = last
 		}
 		if port == 0 {
-			if port, err = freePort(); err != nil {
+			if port, err = FreePort(); err != nil {
 				cleanup()
 				return nil, err
 			}
@@ -239,7 +239,8 @@ func waitReady(ctx context.Context, dsn, data string, exited <-chan error) error
 	}
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
