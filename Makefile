@@ -123,6 +123,5 @@ loadtest:
 # lost, duplicated, failed or stuck. CHAOS_ARGS adds flags (--duration 5m,
 # --seed N); the report lands in .orchard/chaos/.
 chaos:
-	$(GO) build -o bin/orchard ./cmd/orchard
-	$(GO) build -o bin/orchard-chaos ./loadtest/chaos/cmd/orchard-chaos
+	$(GO) build -o bin/ ./cmd/orchard ./loadtest/chaos/cmd/orchard-chaos
 	./bin/orchard-chaos --orchard bin/orchard --duration 30s --interval 4s $(CHAOS_ARGS)
