@@ -87,19 +87,24 @@ func newHolder() string {
 // acquireLock waits until it holds the migration lease, or ctx ends.
 func acquireLock(ctx context.Context, conn Conn) (*lease, error) {
 	l := &lease{conn: conn, holder: newHolder()}
-	logged := false
+	waitingFor := "" // who held the lease when we last looked
 	for {
 		held, by, err := l.claim(ctx)
+		if err != nil && waitingFor != "" {
+			// ctx may end during a claim as well as during a pause: the
+			// error names who we were waiting for either way.
+			return nil, fmt.Errorf("waiting for the migration lock held by %s: %w", waitingFor, err)
+		}
 		if err != nil {
 			return nil, err
 		}
 		if held {
 			return l, nil
 		}
-		if !logged {
+		if waitingFor == "" {
 			slog.InfoContext(ctx, "schema: waiting for the migration lock", "held_by", by)
-			logged = true
 		}
+		waitingFor = by
 		if err := pause(ctx, lockPoll); err != nil {
 			return nil, fmt.Errorf("waiting for the migration lock held by %s: %w", by, err)
 		}

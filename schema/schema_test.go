@@ -144,15 +144,21 @@ func TestConcurrentMigrations(t *testing.T) {
 // holder) and takes over an expired one.
 func TestMigrationLease(t *testing.T) {
 	t.Parallel()
-	conn, err := pgx.Connect(t.Context(), testdb.URL(t))
+	url := testdb.URL(t)
+	conn, err := pgx.Connect(t.Context(), url)
 	require.NoError(t, err)
 	defer conn.Close(t.Context())
 	_, err = conn.Exec(t.Context(), "INSERT INTO schema_migration_lock (id, holder, expires_at) VALUES (1, 'other-migrator', $1)",
 		time.Now().Add(time.Hour).UnixMilli())
 	require.NoError(t, err)
+	// The waiting migrator has a connection of its own: its deadline may
+	// fall during a statement, and pgx then closes the connection.
+	waiter, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer waiter.Close(t.Context())
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	_, err = schema.Migrate(ctx, conn)
+	_, err = schema.Migrate(ctx, waiter)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "other-migrator")
 
