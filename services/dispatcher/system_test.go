@@ -177,7 +177,7 @@ func (s *system) waitFor(what string, cond func() bool) {
 	defer tick.Stop()
 	for !cond() {
 		require.True(s.t, time.Now().Before(deadline), "timed out waiting for %s", what)
-		if s.idle() {
+		if s.idle(deadline) {
 			if !s.advanceToNextDue() {
 				require.True(s.t, cond(), "idle with nothing due, and still not %s", what)
 				return
@@ -223,8 +223,13 @@ func (s *system) counters() counters {
 
 // idle reports whether nothing can happen without the clock moving: no loop
 // is busy, and every dispatcher and worker loop fetched nothing, twice over,
-// while no turn and no task completed.
-func (s *system) idle() bool {
+// while no turn and no task completed. It waits for those polls as long as
+// nothing happens, until deadline: on a loaded machine two passes of a
+// worker over five task queues can take seconds, and a shorter bound of
+// its own would answer "not idle" again and again while nothing happens,
+// so that the clock never moves (TestExamples/nightly_report_continues_as_new
+// needs it moved five times).
+func (s *system) idle(deadline time.Time) bool {
 	a := s.counters()
 	if a.busy != 0 {
 		return false
@@ -236,7 +241,6 @@ func (s *system) idle() bool {
 	for range s.workers {
 		wloops += 4
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b := s.counters()
 		if b.turns != a.turns || b.done != a.done || time.Now().After(deadline) {
