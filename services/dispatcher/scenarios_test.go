@@ -344,6 +344,13 @@ func TestDrain(t *testing.T) {
 			if deadline {
 				cancel()
 				require.ErrorIs(t, <-stopped, context.Canceled)
+				// The turns cut short released their leases (into the
+				// short delay of an abandon), rather than leaving them to
+				// run out: no instance waits for the drained dispatcher.
+				var held int
+				require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM instance_locks WHERE tenant_id = $1 AND locked_until > $2`,
+					tenant, s.clock.Now().Add(time.Second).UnixMilli()).Scan(&held))
+				require.Zero(t, held)
 			} else {
 				close(release)
 				require.NoError(t, <-stopped)
