@@ -7,7 +7,6 @@ package main
 // rewrites them.
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"errors"
@@ -182,7 +181,11 @@ func (s *cliSystem) run(t *testing.T, token string, args ...string) result {
 func (s *cliSystem) runIn(t *testing.T, token, stdin string, args ...string) result {
 	t.Helper()
 	root := rootCommand()
-	var out, errOut bytes.Buffer
+	// Each command makes the process's default logger write to its
+	// stderr, and the tests run commands in parallel in this process: a
+	// server command of another test (the dispatcher's, say) may log into
+	// this buffer while the command runs, or after it ended.
+	var out, errOut syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(strings.NewReader(stdin))

@@ -12,6 +12,7 @@
 package failover
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -78,10 +79,29 @@ func BenchmarkFailover(b *testing.B) {
 
 	logs, err := os.Create(filepath.Join(b.TempDir(), "dispatchers.log"))
 	require.NoError(b, err)
+	// start starts a dispatcher and waits until its loops run (on a loaded
+	// machine, a process can take seconds to get there).
 	start := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, append([]string{"dispatcher", "--database-url", url, "--ops-addr", ""}, args...)...)
-		cmd.Stdout, cmd.Stderr = logs, logs
+		out, err := cmd.StderrPipe()
+		require.NoError(b, err)
+		cmd.Stdout = logs
 		require.NoError(b, cmd.Start())
+		started := make(chan struct{})
+		go func() {
+			lines := bufio.NewScanner(out)
+			for lines.Scan() {
+				if strings.Contains(lines.Text(), "dispatcher started") {
+					close(started)
+				}
+				_, _ = fmt.Fprintln(logs, lines.Text())
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			require.FailNow(b, "a dispatcher did not start within a minute")
+		}
 		return cmd
 	}
 	// The survivor runs one loop, so that the victim (four) holds most of the work.
@@ -97,7 +117,7 @@ func BenchmarkFailover(b *testing.B) {
 		rounds++
 		require.Less(b, rounds, 40*b.N+20, "the victim held nothing at most stops")
 		// Let the workload run, then stop the victim wherever it is.
-		time.Sleep(300*time.Millisecond + rand.N(500*time.Millisecond))
+		time.Sleep(100*time.Millisecond + rand.N(500*time.Millisecond))
 		require.NoError(b, victim.Process.Signal(syscall.SIGSTOP))
 		stopped := time.Now()
 		leases := snapshot(b, pool, stopped)
@@ -133,6 +153,7 @@ func BenchmarkFailover(b *testing.B) {
 		}
 		perInstance = append(perInstance, waited...)
 		perKill = append(perKill, slices.Max(waited))
+		b.Logf("kill %d (stop %d): %d held, the last taken over %s after the stop", len(perKill), rounds, len(waited), slices.Max(waited))
 	}
 	b.StopTimer()
 
