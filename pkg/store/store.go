@@ -199,6 +199,8 @@ type Runtime interface {
 
 	// FetchOrchestrationItem leases an instance that has visible messages
 	// and no live lease. It returns nil and no error when there is none.
+	// Without a tenant it serves the active tenants in turn: a suspended
+	// tenant's work waits until the tenant is active again.
 	// Messages for instances that do not exist are consumed and logged.
 	FetchOrchestrationItem(ctx context.Context, p *FetchOrchestrationItemParams) (*OrchestrationItem, error)
 	// RenewOrchestrationLease extends a live lease. ErrLeaseLost when the
@@ -225,7 +227,8 @@ type Runtime interface {
 	AbandonOrchestrationItem(ctx context.Context, p *AbandonOrchestrationItemParams) error
 
 	// FetchWorkItem leases the oldest visible task of a task queue. It
-	// returns nil and no error when there is none.
+	// returns nil and no error when there is none. Without a tenant it
+	// serves the active tenants in turn, as FetchOrchestrationItem does.
 	FetchWorkItem(ctx context.Context, p *FetchWorkItemParams) (*WorkItem, error)
 	// RenewWorkItemLease extends a live task lease. ErrLeaseLost when the
 	// task is gone (cancelled, instance deleted) or the lease lapsed: the

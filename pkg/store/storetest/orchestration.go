@@ -588,6 +588,51 @@ func testTenantIsolation(t *testing.T, h *harness) {
 
 // Tenant a has 10,000 visible messages, tenant b ten: the all-tenant fetch
 // serves b's within the first few dozen fetches.
+// testSuspendedTenantsWait: the claims that serve every tenant in turn skip
+// a suspended tenant (turns and activity tasks alike) and serve it again
+// once it is active.
+func testSuspendedTenantsWait(t *testing.T, h *harness) {
+	active, suspended := h.tenant("tenant-a"), h.tenant("tenant-s")
+	h.scheduleActivities(active, "a", 1)
+	h.scheduleActivities(suspended, "s", 1)
+	h.start(active, "a2")
+	h.start(suspended, "s2")
+	setState := func(state string) {
+		_, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: suspended, State: &state})
+		require.NoError(t, err)
+	}
+	setState(store.TenantSuspended)
+
+	fetchAny := func() *store.OrchestrationItem {
+		item, err := h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{LeaseDuration: lease})
+		require.NoError(t, err)
+		return item
+	}
+	workAny := func() *store.WorkItem {
+		w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TaskQueue: queue, LeaseDuration: lease})
+		require.NoError(t, err)
+		return w
+	}
+	item := fetchAny()
+	require.NotNil(t, item)
+	require.Equal(t, active, item.Lease.TenantID)
+	h.ack(turn(item))
+	require.Nil(t, fetchAny(), "a suspended tenant's turn was handed out")
+	w := workAny()
+	require.NotNil(t, w)
+	require.Equal(t, active, w.Lease.TenantID)
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease}))
+	require.Nil(t, workAny(), "a suspended tenant's activity task was handed out")
+
+	setState(store.TenantActive)
+	item = fetchAny()
+	require.NotNil(t, item)
+	require.Equal(t, suspended, item.Lease.TenantID)
+	w = workAny()
+	require.NotNil(t, w)
+	require.Equal(t, suspended, w.Lease.TenantID)
+}
+
 func testFairnessAcrossTenants(t *testing.T, h *harness) {
 	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
 	const aInstances, aMessages = 100, 10_000

@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ZombieMessagesConsumed", testZombieMessagesConsumed},
 		{"TenantIsolation", testTenantIsolation},
 		{"FairnessAcrossTenants", testFairnessAcrossTenants},
+		{"SuspendedTenantsWait", testSuspendedTenantsWait},
 		{"WorkItemLifecycle", testWorkItemLifecycle},
 		{"WorkItemAbandonAndExpiry", testWorkItemAbandonAndExpiry},
 		{"WorkItemsForAllTenants", testWorkItemsForAllTenants},

@@ -133,8 +133,9 @@ WITH due AS (
 SELECT c.tenant_id, c.instance_id FROM claimed c;
 
 -- name: ClaimForAnyTenant
--- The claim of ClaimForTenant for the tenants in turn: the first registered
--- tenant after @after (wrapping around) with claimable work, found by
+-- The claim of ClaimForTenant for the tenants in turn: the first active
+-- tenant after @after (wrapping around) with claimable work (a suspended
+-- tenant's instances wait, due, until it is active again), found by
 -- walking the tenants in key order and stopping at the first one among
 -- whose first due instances (a bounded head, so that the probe costs the
 -- same whatever the backlog; leased rows are in it only when a message came
@@ -142,7 +143,7 @@ SELECT c.tenant_id, c.instance_id FROM claimed c;
 WITH pick AS (
 	SELECT tenant_id FROM (
 		(SELECT t.tenant_id FROM tenants t
-		 WHERE t.tenant_id > @after AND EXISTS (
+		 WHERE t.tenant_id > @after AND t.state = 'active' AND EXISTS (
 			SELECT 1 FROM (
 				SELECT l.locked_until FROM instance_locks l
 				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807
@@ -152,7 +153,7 @@ WITH pick AS (
 		 ORDER BY t.tenant_id LIMIT 1)
 		UNION ALL
 		(SELECT t.tenant_id FROM tenants t
-		 WHERE t.tenant_id <= @after AND EXISTS (
+		 WHERE t.tenant_id <= @after AND t.state = 'active' AND EXISTS (
 			SELECT 1 FROM (
 				SELECT l.locked_until FROM instance_locks l
 				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807

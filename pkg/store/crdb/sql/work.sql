@@ -19,11 +19,12 @@ WHERE tenant_id = @tenant_id AND id = (
 RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
 
 -- name: ClaimWorkForAnyTenant
--- The same claim for the first registered tenant after @after (wrapping
--- around) with a visible task on this queue: tenants are served in turn.
+-- The same claim for the first active tenant after @after (wrapping
+-- around) with a visible task on this queue: tenants are served in turn,
+-- and a suspended tenant's tasks wait until it is active again.
 WITH pick AS (
 	SELECT t.tenant_id FROM tenants t
-	WHERE EXISTS (SELECT 1 FROM worker_queue q
+	WHERE t.state = 'active' AND EXISTS (SELECT 1 FROM worker_queue q
 		WHERE q.tenant_id = t.tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now)
 	ORDER BY t.tenant_id <= @after, t.tenant_id
 	LIMIT 1
