@@ -106,3 +106,15 @@ func onlyComments(text string) bool {
 	}
 	return true
 }
+
+// column is one column of rows, to bind as an array parameter that the
+// statement reads back with its other columns by unnest: the rows are
+// built once, as structs, and each column is taken from them, so the
+// arrays cannot fall out of step.
+func column[R, V any](rows []R, value func(R) V) []V {
+	out := make([]V, len(rows))
+	for i, r := range rows {
+		out[i] = value(r)
+	}
+	return out
+}
