@@ -74,9 +74,9 @@ must share --secret, which signs page and task tokens.`,
 					return err
 				}
 			}
-			var tokenKey, cursorKey []byte
+			var tokenKey []byte
 			if secret != "" {
-				tokenKey, cursorKey = deriveKey(secret, "api-tokens"), deriveKey(secret, "store-cursors")
+				tokenKey = deriveKey(secret, "api-tokens")
 			} else {
 				slog.WarnContext(ctx, "orchard api: no --secret (ORCHARD_API_SECRET): page and task tokens only work on this process")
 			}
@@ -95,7 +95,7 @@ must share --secret, which signs page and task tokens.`,
 				return err
 			}
 			defer stopOps()
-			st := crdb.New(pool, crdb.Options{CursorKey: cursorKey})
+			st := crdb.New(pool, crdb.Options{})
 			defer st.Close()
 			var cons http.Handler
 			if withConsole {

@@ -8,7 +8,7 @@ import (
 // Each purpose gets its own key from one secret, the same every time, and
 // another secret gives other keys.
 func TestDeriveKey(t *testing.T) {
-	a, b := deriveKey("s3cret", "api-tokens"), deriveKey("s3cret", "store-cursors")
+	a, b := deriveKey("s3cret", "api-tokens"), deriveKey("s3cret", "other-purpose")
 	if len(a) != 32 || len(b) != 32 {
 		t.Fatalf("key lengths %d, %d", len(a), len(b))
 	}

@@ -137,7 +137,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	st := crdb.New(pool, crdb.Options{CursorKey: deriveKey(secret, "store-cursors")})
+	st := crdb.New(pool, crdb.Options{})
 	if err := st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: devTenant}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
 		return err
 	}

@@ -108,16 +108,27 @@ type ListInstancesParams struct {
 	Filter   InstanceFilter
 	Order    Order // OrderCreatedDesc when empty
 	Limit    int   // DefaultListLimit when 0; at most MaxListLimit
-	// Cursor continues a listing: the NextCursor of the previous page,
-	// which only works with the same tenant, filter and order.
-	Cursor string
+	// After continues a listing after this position: the Next of the
+	// previous page, with the same filter and order (nil: from the start).
+	// The store takes it as it comes; binding it to its tenant, filter
+	// and order is the API's page token's work.
+	After *InstancePosition
+}
+
+// InstancePosition is a place in a listing's keyset order: the value of
+// the order column (created or updated time, in Unix milliseconds) of an
+// instance, and its id.
+type InstancePosition struct {
+	OrderKey   int64
+	InstanceID string
 }
 
 // ListInstancesResult is a page of a listing.
 type ListInstancesResult struct {
 	Instances []Instance
-	// NextCursor is empty on the last page.
-	NextCursor string
+	// Next is the position after the page's last instance; nil on the last
+	// page.
+	Next *InstancePosition
 }
 
 // CountInstancesParams asks for counts.

@@ -294,7 +294,7 @@ func (c *clientService) ListInstances(ctx context.Context, req *connect.Request[
 		if err != nil {
 			return nil, err
 		}
-		p.Cursor = tok.Cursor
+		p.After = &store.InstancePosition{OrderKey: tok.At, InstanceID: tok.ID}
 	}
 	res, err := c.s.store.ListInstances(ctx, p)
 	if err != nil {
@@ -304,8 +304,8 @@ func (c *clientService) ListInstances(ctx context.Context, req *connect.Request[
 	for i := range res.Instances {
 		resp.Instances = append(resp.Instances, instanceToProto(&res.Instances[i]))
 	}
-	if res.NextCursor != "" {
-		if resp.NextPageToken, err = c.s.tokens.sealPage(procedure, t.TenantID, pageToken{Query: query, Cursor: res.NextCursor}); err != nil {
+	if next := res.Next; next != nil {
+		if resp.NextPageToken, err = c.s.tokens.sealPage(procedure, t.TenantID, pageToken{Query: query, At: next.OrderKey, ID: next.InstanceID}); err != nil {
 			return nil, err
 		}
 	}

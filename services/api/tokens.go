@@ -55,18 +55,23 @@ func (c tokenCodec) open(purpose, tenant, token string, v any) bool {
 	return json.Unmarshal(payload, v) == nil
 }
 
-// pageToken is where a listing goes on, bound to the request that started
-// it: Query is a digest of the request's criteria (everything but the page
-// size and token).
+// pageToken is the one page token of every listing: the store's keyset
+// position after the page's last row, sealed (tokenCodec) for the
+// procedure and tenant, and bound to the request that started the listing:
+// Query is a digest of the request's criteria (everything but the page
+// size and token). The store trusts the position it is given; the seal is
+// what keeps a client from forging one or carrying it to another tenant,
+// listing or filter.
 type pageToken struct {
 	Query []byte `json:"q"`
-	// Cursor is the store's own cursor (ListInstances) or the last key of
-	// the page (the keyset listings).
-	Cursor string `json:"c,omitempty"`
-	Key    string `json:"k,omitempty"`
-	// At is a time key (janitor runs), in Unix milliseconds.
+	// Key is the last row's text key: tenant id (tenants, usage, janitor
+	// runs across tenants), definition name.
+	Key string `json:"k,omitempty"`
+	// At is the last row's time key, in Unix milliseconds: an instance's
+	// order column, a janitor run's start.
 	At int64 `json:"t,omitempty"`
-	// ID is a second key (janitor runs).
+	// ID is the last row's id: instance id, definition version, janitor
+	// run id.
 	ID string `json:"i,omitempty"`
 }
 

@@ -209,10 +209,10 @@ func (bs *benchSystem) latencies() []float64 {
 		for _, in := range page.Instances {
 			out = append(out, float64(in.CompletedAt.Sub(in.CreatedAt))/float64(time.Millisecond))
 		}
-		if page.NextCursor == "" {
+		if page.Next == nil {
 			return out
 		}
-		p.Cursor = page.NextCursor
+		p.After = page.Next
 	}
 }
 

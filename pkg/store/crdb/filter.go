@@ -1,9 +1,6 @@
 package crdb
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -15,7 +12,12 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// query accumulates the conditions and arguments of a statement.
+// query accumulates the conditions and arguments of a statement built at
+// run time from a filter: the listings, counts and bulk operations whose
+// WHERE clause depends on which criteria a filter sets. Every other
+// statement is whole, in sql/*.sql. The shapes the builder makes are
+// written out in testdata/filter_shapes.sql (TestFilterShapes keeps it
+// current and runs each one).
 type query struct {
 	conds []string
 	args  []any
@@ -35,7 +37,8 @@ func (q *query) where(format string, args ...any) {
 	q.conds = append(q.conds, fmt.Sprintf(format, args...))
 }
 
-func (q *query) whereSQL() string { return strings.Join(q.conds, " AND ") }
+// whereSQL is the conditions, one a line.
+func (q *query) whereSQL() string { return strings.Join(q.conds, "\n\tAND ") }
 
 // likePrefix is a LIKE pattern matching strings that start with prefix.
 func likePrefix(prefix string) string {
@@ -204,67 +207,6 @@ func orderColumn(o store.Order) (col string, desc bool, err error) {
 		return "updated_at", false, nil
 	}
 	return "", false, invalid("unknown order %q", o)
-}
-
-// A cursor is the position after the last instance of a page, bound to the
-// tenant, the filter and the order it was made for, and signed: anything
-// else, or a tampered cursor, is an invalid argument.
-type cursorPosition struct {
-	Version int    `json:"v"`
-	Order   string `json:"o"`
-	Filter  string `json:"f"` // digest of the filter
-	Key     int64  `json:"k"` // the order column of the last instance
-	ID      string `json:"i"` // and its id
-}
-
-func filterDigest(f *store.InstanceFilter) string {
-	canon := *f
-	canon.InstanceIDs = slices.Clone(f.InstanceIDs)
-	slices.Sort(canon.InstanceIDs)
-	canon.Statuses = slices.Clone(f.Statuses)
-	slices.Sort(canon.Statuses)
-	b, _ := json.Marshal(canon) // maps marshal with sorted keys
-	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:12])
-}
-
-func (s *Store) cursorMAC(tenantID string, payload []byte) []byte {
-	m := hmac.New(sha256.New, s.opts.CursorKey)
-	m.Write([]byte(tenantID))
-	m.Write([]byte{0})
-	m.Write(payload)
-	return m.Sum(nil)[:16]
-}
-
-func (s *Store) encodeCursor(tenantID string, pos cursorPosition) string {
-	payload, _ := json.Marshal(pos)
-	return base64.RawURLEncoding.EncodeToString(payload) + "." +
-		base64.RawURLEncoding.EncodeToString(s.cursorMAC(tenantID, payload))
-}
-
-var errBadCursor = invalid("the cursor is malformed, tampered with, or belongs to another tenant, filter or order")
-
-func (s *Store) decodeCursor(tenantID string, f *store.InstanceFilter, order store.Order, cursor string) (*cursorPosition, error) {
-	body, sig, ok := strings.Cut(cursor, ".")
-	if !ok {
-		return nil, errBadCursor
-	}
-	payload, err1 := base64.RawURLEncoding.DecodeString(body)
-	mac, err2 := base64.RawURLEncoding.DecodeString(sig)
-	if err1 != nil || err2 != nil || !hmac.Equal(mac, s.cursorMAC(tenantID, payload)) {
-		return nil, errBadCursor
-	}
-	var pos cursorPosition
-	if err := json.Unmarshal(payload, &pos); err != nil || pos.Version != 1 {
-		return nil, errBadCursor
-	}
-	if order == "" {
-		order = store.OrderCreatedDesc
-	}
-	if pos.Order != string(order) || pos.Filter != filterDigest(f) {
-		return nil, errBadCursor
-	}
-	return &pos, nil
 }
 
 // earliest returns the earlier of the times that are set, or nil.

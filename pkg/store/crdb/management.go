@@ -2,7 +2,6 @@ package crdb
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -16,6 +15,16 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
+var (
+	sqlRecountClear     = stmt("RecountClear")
+	sqlRecountInstances = stmt("RecountInstances")
+	sqlListExecutions   = stmt("ListExecutions")
+	sqlListChildren     = stmt("ListChildren")
+	sqlGetParentID      = stmt("GetParentID")
+	sqlWalkTree         = stmt("WalkTree")
+	sqlGetInstanceTree  = stmt("GetInstanceTree")
+)
+
 // instanceColumns are the columns scanInstance reads, from instances i and
 // the current execution e.
 const instanceColumns = `i.instance_id, i.name, i.version, i.status, i.current_execution_id,
@@ -24,12 +33,6 @@ const instanceColumns = `i.instance_id, i.name, i.version, i.status, i.current_e
 
 const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id`
-
-func defaultCursorKey() []byte {
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	return key
-}
 
 // customPlan runs a statement built from a filter with its arguments
 // bound before planning (an unnamed statement, QueryExecModeExec), so the
@@ -43,16 +46,6 @@ func customPlan(args []any) []any {
 
 // ListInstances reads one page in keyset order: (order column, instance id).
 func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams) (*store.ListInstancesResult, error) {
-	if p.TenantID == "" {
-		return nil, invalid("tenant id is required")
-	}
-	if err := validateFilter(&p.Filter); err != nil {
-		return nil, err
-	}
-	col, desc, err := orderColumn(p.Order)
-	if err != nil {
-		return nil, err
-	}
 	limit := p.Limit
 	switch {
 	case limit == 0:
@@ -60,49 +53,15 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams)
 	case limit < 0 || limit > store.MaxListLimit:
 		return nil, invalid("limit must be between 1 and %d, got %d", store.MaxListLimit, limit)
 	}
-	order := p.Order
-	if order == "" {
-		order = store.OrderCreatedDesc
+	sql, args, err := listInstancesQuery(p, limit)
+	if err != nil {
+		return nil, err
 	}
-	// In creation order, a tag filter reads the instances with its
-	// driving tag from instance_tags, in that order, and stops at the page.
-	q := &query{}
-	from, key := "instances i", "i"
-	tagKey, tagValue, byTag := drivingTag(&p.Filter)
-	if byTag && col == "created_at" {
-		q.byTag = true
-		from, key = "instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id", "g"
-	}
-	filterInstances(q, p.TenantID, &p.Filter, false)
-	if q.byTag {
-		q.where("g.tenant_id = $1 AND g.tag_key = %s AND g.tag_value = %s", q.arg(tagKey), q.arg(tagValue))
-	}
-	dir, cmp := "ASC", ">"
-	if desc {
-		dir, cmp = "DESC", "<"
-	}
-	if p.Cursor != "" {
-		pos, err := s.decodeCursor(p.TenantID, &p.Filter, order, p.Cursor)
-		if err != nil {
-			return nil, err
-		}
-		q.where("(%s.%s, %s.instance_id) %s (%s, %s)", key, col, key, cmp, q.arg(pos.Key), q.arg(pos.ID))
-	}
-	// The page's keys first, from an index, then their rows and current
-	// executions: when the keys need sorting (a prefix scan), only the
-	// page is joined, not every match.
-	sql := fmt.Sprintf(`SELECT %s, i.%s
-FROM (SELECT i.instance_id FROM %s WHERE %s ORDER BY %s.%s %s, %s.instance_id %s LIMIT %d) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
-%s
-ORDER BY i.%s %s, i.instance_id %s`,
-		instanceColumns, col, from, q.whereSQL(), key, col, dir, key, dir, limit+1, joinCurrentExecution, col, dir, dir)
-
 	var page []store.Instance
 	var keys []int64
 	err = s.retry(ctx, func(ctx context.Context) error {
 		page, keys = page[:0], keys[:0]
-		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
+		rows, err := s.pool.Query(ctx, sql, customPlan(args)...)
 		if err != nil {
 			return err
 		}
@@ -123,12 +82,58 @@ ORDER BY i.%s %s, i.instance_id %s`,
 	res := &store.ListInstancesResult{Instances: page}
 	if len(page) > limit {
 		res.Instances = page[:limit]
-		last := page[limit-1]
-		res.NextCursor = s.encodeCursor(p.TenantID, cursorPosition{
-			Version: 1, Order: string(order), Filter: filterDigest(&p.Filter), Key: keys[limit-1], ID: last.InstanceID,
-		})
+		res.Next = &store.InstancePosition{OrderKey: keys[limit-1], InstanceID: page[limit-1].InstanceID}
 	}
 	return res, nil
+}
+
+// listInstancesQuery builds the statement of a page of limit instances
+// (and one more, which says whether another page follows). It reads the
+// page's keys first, from an index, then their rows and current
+// executions: when the keys need sorting (a prefix scan), only the page is
+// joined, not every match. In creation order, a tag filter reads the
+// instances with its driving tag from instance_tags, in that order, and
+// stops at the page.
+func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, args []any, err error) {
+	if p.TenantID == "" {
+		return "", nil, invalid("tenant id is required")
+	}
+	if err := validateFilter(&p.Filter); err != nil {
+		return "", nil, err
+	}
+	col, desc, err := orderColumn(p.Order)
+	if err != nil {
+		return "", nil, err
+	}
+	q := &query{}
+	from, key := "instances i", "i"
+	tagKey, tagValue, byTag := drivingTag(&p.Filter)
+	if byTag && col == "created_at" {
+		q.byTag = true
+		from, key = "instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id", "g"
+	}
+	filterInstances(q, p.TenantID, &p.Filter, false)
+	if q.byTag {
+		q.where("g.tenant_id = $1 AND g.tag_key = %s AND g.tag_value = %s", q.arg(tagKey), q.arg(tagValue))
+	}
+	dir, cmp := "ASC", ">"
+	if desc {
+		dir, cmp = "DESC", "<"
+	}
+	if a := p.After; a != nil {
+		q.where("(%s.%s, %s.instance_id) %s (%s, %s)", key, col, key, cmp, q.arg(a.OrderKey), q.arg(a.InstanceID))
+	}
+	sql = `SELECT ` + instanceColumns + `, i.` + col + `
+FROM (
+	SELECT i.instance_id FROM ` + from + `
+	WHERE ` + q.whereSQL() + `
+	ORDER BY ` + key + `.` + col + ` ` + dir + `, ` + key + `.instance_id ` + dir + `
+	LIMIT ` + strconv.Itoa(limit+1) + `
+) page
+JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+` + joinCurrentExecution + `
+ORDER BY i.` + col + ` ` + dir + `, i.instance_id ` + dir
+	return sql, q.args, nil
 }
 
 // countShards is how many rows of instance_counts hold a tenant's count of
@@ -149,22 +154,11 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 	if err := validateFilter(&p.Filter); err != nil {
 		return nil, err
 	}
-	q := &query{}
-	var sql string
-	if byCounters(&p.Filter) {
-		q.where("tenant_id = %s", q.arg(p.TenantID))
-		if len(p.Filter.Statuses) > 0 {
-			q.where("status = ANY(%s::TEXT[])", q.arg(statusStrings(p.Filter.Statuses)))
-		}
-		sql = `SELECT status, sum(n)::INT8 FROM instance_counts WHERE ` + q.whereSQL() + ` GROUP BY status HAVING sum(n) <> 0`
-	} else {
-		filterInstances(q, p.TenantID, &p.Filter, false)
-		sql = `SELECT i.status, count(*) FROM instances i WHERE ` + q.whereSQL() + ` GROUP BY i.status`
-	}
+	sql, args := countInstancesQuery(p)
 	var res *store.CountInstancesResult
 	err := s.retry(ctx, func(ctx context.Context) error {
 		res = &store.CountInstancesResult{ByStatus: map[store.Status]int64{}}
-		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
+		rows, err := s.pool.Query(ctx, sql, customPlan(args)...)
 		if err != nil {
 			return err
 		}
@@ -181,6 +175,25 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 		return rows.Err()
 	})
 	return res, err
+}
+
+// countInstancesQuery builds the statement of a count: over the counters
+// when they answer it, else over the matching instances.
+func countInstancesQuery(p *store.CountInstancesParams) (sql string, args []any) {
+	q := &query{}
+	if byCounters(&p.Filter) {
+		q.where("tenant_id = %s", q.arg(p.TenantID))
+		if len(p.Filter.Statuses) > 0 {
+			q.where("status = ANY(%s::TEXT[])", q.arg(statusStrings(p.Filter.Statuses)))
+		}
+		return `SELECT status, sum(n)::INT8 FROM instance_counts
+WHERE ` + q.whereSQL() + `
+GROUP BY status HAVING sum(n) <> 0`, q.args
+	}
+	filterInstances(q, p.TenantID, &p.Filter, false)
+	return `SELECT i.status, count(*) FROM instances i
+WHERE ` + q.whereSQL() + `
+GROUP BY i.status`, q.args
 }
 
 // byCounters reports whether the counters answer a count: no criterion but
@@ -200,12 +213,11 @@ func (s *Store) RecountInstances(ctx context.Context, tenantID string) error {
 		return invalid("tenant id is required")
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM instance_counts WHERE tenant_id = $1`, tenantID); err != nil {
+		tenant := pgx.StrictNamedArgs{"tenant_id": tenantID}
+		if _, err := tx.Exec(ctx, sqlRecountClear, tenant); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
-INSERT INTO instance_counts (tenant_id, status, shard, n)
-SELECT $1, status, 0, count(*) FROM instances WHERE tenant_id = $1 AND NOT deleting GROUP BY status`, tenantID)
+		_, err := tx.Exec(ctx, sqlRecountInstances, tenant)
 		return err
 	})
 }
@@ -216,13 +228,7 @@ func (s *Store) ListExecutions(ctx context.Context, p *store.ListExecutionsParam
 	var found bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		execs, found = nil, false
-		rows, err := s.pool.Query(ctx, `
-SELECT e.execution_id, e.status, e.input, e.output, COALESCE(e.error, ''), e.started_at, e.completed_at, e.event_count
-FROM instances i
-LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-	AND NOT e.deleting
-WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting
-ORDER BY e.execution_id`, p.TenantID, p.InstanceID)
+		rows, err := s.pool.Query(ctx, sqlListExecutions, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}
@@ -258,11 +264,7 @@ ORDER BY e.execution_id`, p.TenantID, p.InstanceID)
 func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) ([]string, error) {
 	var ids []string
 	err := s.retry(ctx, func(ctx context.Context) error {
-		// In index order (creation), sorted here: sorting 10,000 ids in
-		// Go takes a millisecond, in the database ten.
-		rows, err := s.pool.Query(ctx, `SELECT instance_id FROM instances
-			WHERE tenant_id = $1 AND parent_instance_id = $2 AND NOT deleting`,
-			p.TenantID, p.InstanceID)
+		rows, err := s.pool.Query(ctx, sqlListChildren, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}
@@ -277,8 +279,7 @@ func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) (
 func (s *Store) GetParentID(ctx context.Context, p *store.GetParentIDParams) (string, error) {
 	var parent string
 	err := s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, `SELECT COALESCE(parent_instance_id, '') FROM instances
-			WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting`, p.TenantID, p.InstanceID).Scan(&parent)
+		return s.pool.QueryRow(ctx, sqlGetParentID, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&parent)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
@@ -303,21 +304,7 @@ const maxTreeDepth = 1000
 // costs to delete. It includes the instances an interrupted delete hid,
 // which reads never show.
 func walkTree(ctx context.Context, tx pgx.Tx, tenantID, rootID string) ([]treeNode, error) {
-	rows, err := tx.Query(ctx, `
-WITH RECURSIVE tree (instance_id, parent_instance_id, depth) AS (
-	SELECT instance_id, COALESCE(parent_instance_id, ''), 0 FROM instances
-	WHERE tenant_id = $1 AND instance_id = $2
-	UNION ALL
-	SELECT c.instance_id, c.parent_instance_id, t.depth + 1
-	FROM tree t JOIN instances c ON c.tenant_id = $1 AND c.parent_instance_id = t.instance_id
-	WHERE t.depth < $3
-)
-SELECT t.instance_id, t.parent_instance_id, t.depth, i.status = 'Running', i.deleting,
-	1 + i.execution_count + i.event_count
-	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = t.instance_id)
-	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = t.instance_id)
-FROM tree t JOIN instances i ON i.tenant_id = $1 AND i.instance_id = t.instance_id
-ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
+	rows, err := tx.Query(ctx, sqlWalkTree, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": rootID, "max_depth": maxTreeDepth + 1})
 	if err != nil {
 		return nil, err
 	}
@@ -335,22 +322,15 @@ ORDER BY t.depth DESC, t.instance_id`, tenantID, rootID, maxTreeDepth+1)
 	return nodes, nil
 }
 
-// GetInstanceTree returns an instance and its descendants, children first.
-// It reads the whole tree the instance belongs to by its root (one index
-// range, instances_root) and walks it here: a recursive query would probe
-// the index once per instance, leaves included
-// (docs/decisions/store-trees-by-root.md).
+// GetInstanceTree returns an instance and its descendants, children first,
+// from the whole tree it belongs to (sql/management.sql: GetInstanceTree).
 func (s *Store) GetInstanceTree(ctx context.Context, p *store.GetInstanceTreeParams) (*store.InstanceTree, error) {
 	children := map[string][]string{}
 	var found bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(children)
 		found = false
-		rows, err := s.pool.Query(ctx, `
-SELECT instance_id, COALESCE(parent_instance_id, '') FROM instances
-WHERE tenant_id = $1 AND NOT deleting AND root_instance_id = (
-	SELECT root_instance_id FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting)`,
-			p.TenantID, p.InstanceID)
+		rows, err := s.pool.Query(ctx, sqlGetInstanceTree, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -19,19 +20,14 @@ func validatePrune(o *store.PruneOptions) error {
 	return nil
 }
 
-// pruneCandidates selects the executions of instance $2 that the options
-// allow to prune: never the current one, never a running one, outside the
-// newest KeepLast ($4; executions are numbered without gaps from the
-// current one down, and pruning takes the oldest, so those are the ones
-// numbered above current - KeepLast), completed strictly before $5.
-var pruneCandidates = `
-SELECT e.execution_id, e.event_count, e.deleting
-FROM instances i
-JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-WHERE i.tenant_id = $1 AND i.instance_id = $2 AND NOT i.deleting
-	AND ` + prunableExecution("i.current_execution_id", "$4", "$5") + `
-ORDER BY e.deleting DESC, e.execution_id
-LIMIT $3`
+var (
+	sqlPruneInstanceExists  = stmt("PruneInstanceExists")
+	sqlPruneCandidates      = stmt("PruneCandidates")
+	sqlPruneWholeExecutions = stmt("PruneWholeExecutions")
+	sqlPruneExecutionPiece  = stmt("PruneExecutionPiece")
+	sqlPruneExecutionRow    = stmt("PruneExecutionRow")
+	sqlFinishPrune          = stmt("FinishPrune")
+)
 
 // prunableExecution is the condition on an execution e that a prune takes
 // it, given the SQL of the current execution's id, KeepLast and the
@@ -44,15 +40,6 @@ func prunableExecution(current, keep, before string) string {
 		AND (%[2]s::INT8 = 0 OR e.execution_id <= %[1]s - %[2]s::INT8)
 		AND (%[3]s::INT8 IS NULL OR e.completed_at < %[3]s::INT8)))`, current, keep, before)
 }
-
-// unmarkPruned ends the statements that prune (tenant $1): the instances
-// of the CTE counted (instance_id, execution_count after the prune) that
-// have one execution left leave instance_prunable.
-const unmarkPruned = `unmarked AS (
-	DELETE FROM instance_prunable
-	WHERE tenant_id = $1 AND instance_id IN (SELECT instance_id FROM counted WHERE execution_count <= 1)
-	RETURNING 1
-)`
 
 // PruneExecutions deletes an instance's old executions in transactions of at
 // most MaxRowsPerTransaction rows: whole executions while they fit; an
@@ -96,14 +83,15 @@ func (s *Store) PruneExecutions(ctx context.Context, p *store.PruneExecutionsPar
 // pruneStep does one transaction's worth of pruning one instance.
 func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID string, o *store.PruneOptions) (r store.PruneResult, done, found bool, err error) {
 	before := millisOrNull(o.CompletedBefore)
-	if err := tx.QueryRow(ctx, `SELECT true FROM instances WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting`,
-		tenantID, instanceID).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
+	instance := pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID}
+	if err := tx.QueryRow(ctx, sqlPruneInstanceExists, instance).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
 		return r, true, false, nil
 	} else if err != nil {
 		return r, false, false, err
 	}
 	budget := s.opts.MaxRowsPerTransaction
-	rows, err := tx.Query(ctx, pruneCandidates, tenantID, instanceID, budget+1, o.KeepLast, before)
+	rows, err := tx.Query(ctx, sqlPruneCandidates, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+		"limit": budget + 1, "keep_last": o.KeepLast, "completed_before": before})
 	if err != nil {
 		return r, false, true, err
 	}
@@ -133,19 +121,8 @@ func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID s
 		r, err = s.pruneExecutionPiece(ctx, tx, tenantID, instanceID, cands[0].id)
 		return r, false, true, err
 	}
-	err = tx.QueryRow(ctx, `
-WITH h AS (
-	DELETE FROM history WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = ANY($3::INT8[]) RETURNING 1
-), e AS (
-	DELETE FROM executions WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = ANY($3::INT8[]) RETURNING 1
-), counted AS (
-	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e),
-		event_count = event_count - (SELECT count(*) FROM h)
-	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING instance_id, execution_count
-), `+unmarkPruned+`
-SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, instanceID, whole).
-		Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
+	err = tx.QueryRow(ctx, sqlPruneWholeExecutions, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+		"execution_ids": whole}).Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
 	return r, len(cands) == len(whole), true, err
 }
 
@@ -153,36 +130,14 @@ SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM h)`, tenantID, instanceID
 // execution too big to prune at once, hiding it first.
 func (s *Store) pruneExecutionPiece(ctx context.Context, tx pgx.Tx, tenantID, instanceID string, executionID int64) (store.PruneResult, error) {
 	var r store.PruneResult
-	err := tx.QueryRow(ctx, `
-WITH hide AS (
-	UPDATE executions SET deleting = true
-	WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $3 AND NOT deleting
-	RETURNING event_count
-), h AS (
-	DELETE FROM history WHERE (tenant_id, instance_id, execution_id, event_id) IN (
-		SELECT tenant_id, instance_id, execution_id, event_id FROM history
-		WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $3
-		ORDER BY event_id LIMIT $4)
-	RETURNING 1
-), counted AS (
-	UPDATE instances SET event_count = event_count - (SELECT count(*) FROM h)
-	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING 1
-)
-SELECT count(*) FROM h`, tenantID, instanceID, executionID, s.opts.MaxRowsPerTransaction-1).Scan(&r.EventsDeleted)
+	err := tx.QueryRow(ctx, sqlPruneExecutionPiece, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+		"execution_id": executionID, "limit": s.opts.MaxRowsPerTransaction - 1}).Scan(&r.EventsDeleted)
 	if err != nil || r.EventsDeleted > 0 {
 		return r, err
 	}
 	// No history left: the execution row goes too.
-	err = tx.QueryRow(ctx, `
-WITH e AS (
-	DELETE FROM executions WHERE tenant_id = $1 AND instance_id = $2 AND execution_id = $3 RETURNING 1
-), counted AS (
-	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e)
-	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING instance_id, execution_count
-), `+unmarkPruned+`
-SELECT count(*) FROM e`, tenantID, instanceID, executionID).Scan(&r.ExecutionsDeleted)
+	err = tx.QueryRow(ctx, sqlPruneExecutionRow, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+		"execution_id": executionID}).Scan(&r.ExecutionsDeleted)
 	return r, err
 }
 
@@ -286,6 +241,29 @@ func (c *pruneCandidate) cost() int64 {
 // what earlier calls did, nor through the instances of other statuses than
 // the filter's.
 func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) ([]pruneCandidate, error) {
+	sql, args := pruneBulkCandidatesQuery(tenantID, f, o, after, n)
+	var cands []pruneCandidate
+	err := s.retry(ctx, func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, sql, customPlan(args)...)
+		if err != nil {
+			return err
+		}
+		cands, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneCandidate, error) {
+			var c pruneCandidate
+			return c, r.Scan(&c.key.status, &c.key.id, &c.execs, &c.events, &c.hidden)
+		})
+		return err
+	})
+	return cands, err
+}
+
+// pruneBulkCandidatesQuery builds the statement of pruneBulkCandidates.
+// instance_prunable knows the status; any other condition is checked on
+// the instance, looked up by its key (OFFSET 0 keeps the lookup apart, so
+// that the candidates drive). The current execution is the newest:
+// executions are numbered from 1 up, and a new one becomes current in the
+// transaction that adds it.
+func pruneBulkCandidatesQuery(tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) (sql string, args []any) {
 	q := &query{}
 	var where string
 	switch len(f.Statuses) {
@@ -300,45 +278,31 @@ func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *sto
 			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
 		}
 	}
-	before := millisOrNull(o.CompletedBefore)
-	keep, completedBefore := q.arg(o.KeepLast), q.arg(before)
-	// instance_prunable knows the status; any other condition is checked
-	// on the instance, looked up by its key (OFFSET 0 keeps the lookup
-	// apart, so that the candidates drive).
-	var match string
+	prunable := prunableExecution("e.current_execution_id", q.arg(o.KeepLast), q.arg(millisOrNull(o.CompletedBefore)))
+	match := ""
 	if !statusesOnly(f) {
 		filterInstances(q, tenantID, f, false)
-		match = fmt.Sprintf("CROSS JOIN LATERAL (SELECT 1 FROM instances i WHERE i.instance_id = p.instance_id AND %s OFFSET 0) m", q.whereSQL())
+		match = `
+CROSS JOIN LATERAL (
+	SELECT 1 FROM instances i
+	WHERE i.instance_id = p.instance_id
+	AND ` + q.whereSQL() + `
+	OFFSET 0
+) m`
 	}
-	// The current execution is the newest: executions are numbered from 1
-	// up, and a new one becomes current in the transaction that adds it.
-	sql := fmt.Sprintf(`SELECT p.status, p.instance_id,
+	return `SELECT p.status, p.instance_id,
 	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
-FROM instance_prunable p
-%[1]s
+FROM instance_prunable p` + match + `
 CROSS JOIN LATERAL (
 	SELECT array_agg(e.execution_id ORDER BY e.execution_id) AS execs,
 		array_agg(e.event_count ORDER BY e.execution_id) AS events,
 		bool_or(e.deleting) AS hidden
 	FROM (SELECT e.*, max(e.execution_id) OVER () AS current_execution_id FROM executions e
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
-	WHERE %[3]s
+	WHERE ` + prunable + `
 ) x
-WHERE %[2]s
-ORDER BY p.status, p.instance_id LIMIT %[4]d`, match, where, prunableExecution("e.current_execution_id", keep, completedBefore), n)
-	var cands []pruneCandidate
-	err := s.retry(ctx, func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
-		if err != nil {
-			return err
-		}
-		cands, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneCandidate, error) {
-			var c pruneCandidate
-			return c, r.Scan(&c.key.status, &c.key.id, &c.execs, &c.events, &c.hidden)
-		})
-		return err
-	})
-	return cands, err
+WHERE ` + where + `
+ORDER BY p.status, p.instance_id LIMIT ` + strconv.Itoa(n), q.args
 }
 
 // statusesOnly says the filter has no condition but statuses.
@@ -401,7 +365,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 			var r store.PruneResult
 			if len(b.inst) > 0 {
 				err := s.inBatchTx(gctx, pgx.Serializable, func(batch *pgx.Batch) {
-					batch.Queue(finishPrune, tenantID, b.inst, b.execs)
+					batch.Queue(sqlFinishPrune, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_ids": b.inst, "execution_ids": b.execs})
 				}, func(br pgx.BatchResults) error {
 					return br.QueryRow().Scan(&r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 				})
@@ -437,36 +401,3 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 	}
 	return nil
 }
-
-// finishPrune deletes the executions of tenant $1 paired in $2 (instance
-// ids) and $3 (execution ids), with their history, and adjusts
-// their instances' counters. Both key columns are bound with = ANY, so that
-// the (generic) plan reads the history of the pruned executions only, not
-// of every execution of the instances (half the rows read at 2
-// executions per instance).
-const finishPrune = `
-WITH d AS (
-	SELECT * FROM unnest($2::TEXT[], $3::INT8[]) AS d (instance_id, execution_id)
-), h AS (
-	DELETE FROM history h
-	WHERE h.tenant_id = $1 AND h.instance_id = ANY($2::TEXT[]) AND h.execution_id = ANY($3::INT8[])
-		AND (h.instance_id, h.execution_id) IN (SELECT * FROM d)
-	RETURNING h.instance_id
-), e AS (
-	DELETE FROM executions e
-	WHERE e.tenant_id = $1 AND e.instance_id = ANY($2::TEXT[]) AND e.execution_id = ANY($3::INT8[])
-		AND (e.instance_id, e.execution_id) IN (SELECT * FROM d)
-	RETURNING e.instance_id
-), counts AS (
-	SELECT x.instance_id, sum(x.execs) AS execs, sum(x.events) AS events FROM (
-		SELECT instance_id, 1 AS execs, 0 AS events FROM e
-		UNION ALL
-		SELECT instance_id, 0, 1 FROM h) x
-	GROUP BY x.instance_id
-), counted AS (
-	UPDATE instances i SET execution_count = i.execution_count - c.execs, event_count = i.event_count - c.events
-	FROM counts c
-	WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND i.instance_id = c.instance_id
-	RETURNING i.instance_id, i.execution_count
-), ` + unmarkPruned + `
-SELECT (SELECT count(DISTINCT instance_id) FROM e), (SELECT count(*) FROM e), (SELECT count(*) FROM h)`

@@ -223,36 +223,9 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 	return events, rows.Err()
 }
 
-// The due_at rules are in sql/runtime.sql. The ack's statements (ack.go)
-// still build their due_at expressions from these three.
-
-// noneDue is the due_at of an instance with no message.
+// noneDue is the due_at of an instance with no message (the due_at rules
+// are in sql/runtime.sql and sql/ack.sql).
 const noneDue = "9223372036854775807"
-
-// wakeDue is the due_at of lease row l after an enqueue of a message
-// visible at v (an SQL expression).
-func wakeDue(v string) string {
-	return fmt.Sprintf("LEAST(l.due_at, %[1]s, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE %[1]s END)", v)
-}
-
-// releaseDue is the due_at of lease row l when its lease is released and
-// next (an SQL expression) is the earliest visible_at of the messages left,
-// as the release read them.
-func releaseDue(next string) string {
-	return fmt.Sprintf("CASE WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, %[1]s) ELSE %[1]s END", next)
-}
-
-// nextDue is the earliest visible_at of the messages of lease row l's
-// instance, noneDue when it has none, leaving out the messages whose ids
-// are in the SQL array except (none when empty).
-func nextDue(except string) string {
-	cond := ""
-	if except != "" {
-		cond = " AND NOT (q.id = ANY(" + except + "))"
-	}
-	return `COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
-		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id` + cond + `), ` + noneDue + `)`
-}
 
 // MaxFetchBatch bounds the instances one fetch leases.
 const MaxFetchBatch = 100

@@ -41,9 +41,6 @@ type Options struct {
 	// MaxRowsPerTransaction bounds the rows one delete or prune transaction
 	// removes (default 5000); bigger trees and chains take several.
 	MaxRowsPerTransaction int64
-	// CursorKey signs listing cursors. Processes that serve the same
-	// tenants must share it; by default each process draws its own.
-	CursorKey []byte
 }
 
 // Store is the CockroachDB (and PostgreSQL) implementation of store.Store.
@@ -88,9 +85,6 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	}
 	if opts.MaxRowsPerTransaction <= 0 {
 		opts.MaxRowsPerTransaction = 5000
-	}
-	if len(opts.CursorKey) == 0 {
-		opts.CursorKey = defaultCursorKey()
 	}
 	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}}
 }

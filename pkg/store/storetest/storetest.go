@@ -93,7 +93,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"PruneOptions", testPruneOptions},
 		{"PruneBulk", testPruneBulk},
 		{"ListFilters", testListFilters},
-		{"ListCursors", testListCursors},
+		{"ListPositions", testListPositions},
 		{"ListPaginationUnderChurn", testListPaginationUnderChurn},
 		{"Definitions", testDefinitions},
 		{"Tenants", testTenants},
