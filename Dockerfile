@@ -32,5 +32,5 @@ LABEL org.opencontainers.image.title="orchard" \
       org.opencontainers.image.revision="${COMMIT}"
 COPY --from=build /out/orchard /orchard
 USER 65532:65532
-EXPOSE 8080 9090
+EXPOSE 8080 9464 9465 9466
 ENTRYPOINT ["/orchard"]

@@ -129,7 +129,7 @@ must share --secret, which signs page and task tokens.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", envString("ORCHARD_API_ADDR", ":8080"), "listen address (env ORCHARD_API_ADDR)")
-	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9091"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", apiOpsAddr), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
 	addHintsFlag(f, &hints)
 	f.StringVar(&databaseURL, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&publicKeyFile, "jwt-public-key-file", envString("ORCHARD_JWT_PUBLIC_KEY_FILE", ""),

@@ -67,9 +67,7 @@ included; the database keeps its port from one run to the next.`,
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", ".orchard/dev", "where the embedded PostgreSQL keeps its data, and the dev keys and tokens")
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "listen address of the API (and the console)")
-	// Not 9090, Prometheus's own port: 9464 is where OpenTelemetry's
-	// Prometheus exporters serve by convention.
-	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1:9464", "listen address of /metrics, /livez and /readyz (empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", "127.0.0.1"+apiOpsAddr, "listen address of /metrics, /livez and /readyz (empty: none)")
 	f.IntVar(&port, "db-port", 0, "port of the embedded PostgreSQL (0: the one it had last time, else a free one)")
 	f.BoolVar(&printTokens, "print-tokens", false, "print the demo tenant's tokens in full (they are always in --dir/tokens)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")

@@ -83,7 +83,7 @@ answers 503 from the moment the drain starts.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
-	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", dispatcherOpsAddr), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
 	addHintsFlag(f, &hints)
 	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
 	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
@@ -109,6 +109,17 @@ func openPool(ctx context.Context, tel *telemetry.Telemetry, url string, maxConn
 	}
 	return pool, nil
 }
+
+// The default ops addresses (/metrics, /livez, /readyz), one port per
+// component so that they run side by side on one host, and none 9090,
+// Prometheus's own: 9464 is where OpenTelemetry's Prometheus exporters serve
+// by convention, and the next ports follow it. `orchard dev`, one process,
+// serves the API's on loopback. The Helm chart's opsPort values match.
+const (
+	apiOpsAddr        = ":9464"
+	dispatcherOpsAddr = ":9465"
+	janitorOpsAddr    = ":9466"
+)
 
 // serveOps serves /metrics, /livez and /readyz (not draining, and the
 // database answers) on addr.

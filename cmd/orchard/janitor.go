@@ -87,7 +87,7 @@ the main database (schema "river"). Create them with ` + "`orchard migrate`" + `
 	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&riverURL, "river-database-url", envString("ORCHARD_RIVER_DATABASE_URL", ""),
 		"PostgreSQL URL of River's tables (env ORCHARD_RIVER_DATABASE_URL; empty: the main database, when it is PostgreSQL)")
-	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", ":9090"), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
+	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", janitorOpsAddr), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
 	f.DurationVar(&interval, "interval", envDuration("ORCHARD_JANITOR_INTERVAL", 5*time.Minute), "how often retention jobs are queued (env ORCHARD_JANITOR_INTERVAL)")
 	f.DurationVar(&budget, "job-budget", envDuration("ORCHARD_JANITOR_JOB_BUDGET", 30*time.Second), "how long one job works before it yields (env ORCHARD_JANITOR_JOB_BUDGET)")
 	f.DurationVar(&keep, "audit-retention", envDuration("ORCHARD_JANITOR_AUDIT_RETENTION", 90*24*time.Hour),

@@ -86,7 +86,11 @@ func (id *Identity) RequireAny(anyOf ...Role) error {
 	for i, r := range anyOf {
 		names[i] = string(r)
 	}
-	return fmt.Errorf("%w: requires one of roles %s", ErrPermissionDenied, strings.Join(names, ", "))
+	if len(names) == 1 {
+		return fmt.Errorf("%w: this call needs a token with the role %s: use a %s token", ErrPermissionDenied, names[0], names[0])
+	}
+	return fmt.Errorf("%w: this call needs a token with one of the roles %s: use a %s token", ErrPermissionDenied,
+		strings.Join(names, ", "), strings.Join(names[:len(names)-1], ", ")+" or "+names[len(names)-1])
 }
 
 type identityKey struct{}

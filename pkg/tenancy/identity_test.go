@@ -70,6 +70,16 @@ func TestIdentityFrom(t *testing.T) {
 	require.ErrorIs(t, none.RequireAny(tenancy.RoleClient), tenancy.ErrUnauthenticated)
 }
 
+// A refusal says which token to use instead, and nothing of the caller's.
+func TestRequireAnySaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	worker := &tenancy.Identity{Tenant: "acme", Subject: "w-7", Roles: []tenancy.Role{tenancy.RoleWorker}}
+	require.EqualError(t, worker.RequireAny(tenancy.RoleClient),
+		"permission denied: this call needs a token with the role client: use a client token")
+	require.EqualError(t, worker.RequireAny(tenancy.RoleClient, tenancy.RoleTenantAdmin, tenancy.RolePlatformAdmin),
+		"permission denied: this call needs a token with one of the roles client, tenant-admin, platform-admin: use a client, tenant-admin or platform-admin token")
+}
+
 func TestRoleKnown(t *testing.T) {
 	t.Parallel()
 	for _, r := range []tenancy.Role{tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin, tenancy.RolePlatformAdmin} {
