@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,7 +44,46 @@ func migrateCommand() *cobra.Command {
 	cmd.Flags().StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	cmd.Flags().StringVar(&riverURL, "river-database-url", envString("ORCHARD_RIVER_DATABASE_URL", ""),
 		"PostgreSQL URL of the janitor's River tables (env ORCHARD_RIVER_DATABASE_URL; empty: the main database, when it is PostgreSQL)")
+	cmd.AddCommand(migrateStatusCommand(&url))
 	return cmd
+}
+
+// migrateStatusCommand lists the migrations and when each was applied; it
+// only reads, and exits 1 when some are pending.
+func migrateStatusCommand(url *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "List the schema migrations and when each was applied (exit 1 when some are pending)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if *url == "" {
+				return fmt.Errorf("no database: set ORCHARD_DATABASE_URL or pass --database-url")
+			}
+			conn, err := pgx.Connect(cmd.Context(), *url)
+			if err != nil {
+				return fmt.Errorf("connect: %w", err)
+			}
+			defer conn.Close(cmd.Context())
+			st, err := schema.Status(cmd.Context(), conn)
+			if err != nil {
+				return err
+			}
+			pending := 0
+			for _, m := range st {
+				applied := "pending"
+				if !m.Pending() {
+					applied = m.AppliedAt.Format(time.RFC3339)
+				} else {
+					pending++
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-40s %s\n", m.Version, applied)
+			}
+			if pending > 0 {
+				return fmt.Errorf("%d of %d migrations pending: run orchard migrate", pending, len(st))
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "schema is up to date")
+			return nil
+		},
+	}
 }
 
 // migrateRiver creates or upgrades the janitor's River tables: in the
