@@ -41,7 +41,7 @@ func migrateCommand() *cobra.Command {
 			return migrateRiver(cmd.Context(), cmd.OutOrStdout(), conn, url, riverURL)
 		},
 	}
-	cmd.Flags().StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
+	cmd.PersistentFlags().StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	cmd.Flags().StringVar(&riverURL, "river-database-url", envString("ORCHARD_RIVER_DATABASE_URL", ""),
 		"PostgreSQL URL of the janitor's River tables (env ORCHARD_RIVER_DATABASE_URL; empty: the main database, when it is PostgreSQL)")
 	cmd.AddCommand(migrateStatusCommand(&url))
