@@ -113,6 +113,8 @@ func (c *campaign) judge(ctx context.Context, clients map[string]*sdk.Client, fa
 		// startedAt: when the instance could first run (a root's start
 		// sent); zero for a child (its parent's child_scheduled says).
 		startedAt time.Time
+		// parent is a child's parent.
+		parent string
 	}
 	subjects := map[string]map[string]*subject{} // tenant → id → subject
 	for _, s := range c.starts {
@@ -127,7 +129,7 @@ func (c *campaign) judge(ctx context.Context, clients map[string]*sdk.Client, fa
 			rep.Unacknowledged++
 		}
 		for _, child := range exp.Children {
-			subjects[s.tenant][child] = &subject{client: s.client, exp: childExpectation}
+			subjects[s.tenant][child] = &subject{client: s.client, exp: childExpectation, parent: s.id}
 		}
 	}
 	acked := map[string]bool{}
@@ -160,11 +162,14 @@ func (c *campaign) judge(ctx context.Context, clients map[string]*sdk.Client, fa
 		var wg sync.WaitGroup
 		var firstErr error
 		sem := make(chan struct{}, 8)
+		// A start never acknowledged whose instance does not exist never
+		// happened: neither it nor its child is expected.
+		notStarted := func(id string) bool { return listed[id] == nil && !acked[tenant+"/"+id] }
 		for id, sub := range subjects[tenant] {
 			in := listed[id]
-			isChild := sub.startedAt.IsZero()
-			if in == nil && !isChild && !acked[tenant+"/"+id] {
-				continue // never acknowledged, never created: not started
+			isChild := sub.parent != ""
+			if (!isChild && notStarted(id)) || (isChild && in == nil && notStarted(sub.parent)) {
+				continue
 			}
 			if in != nil && !isChild && !acked[tenant+"/"+id] {
 				rep.CreatedAnyway++
