@@ -163,12 +163,16 @@ func (c *campaign) judge(ctx context.Context, clients map[string]*sdk.Client, fa
 		var firstErr error
 		sem := make(chan struct{}, 8)
 		// A start never acknowledged whose instance does not exist never
-		// happened: neither it nor its child is expected.
-		notStarted := func(id string) bool { return listed[id] == nil && !acked[tenant+"/"+id] }
+		// happened. A missing child is judged only beside a parent that
+		// completed: the verdict of a parent that did not (lost, stuck,
+		// failed, never started) already covers it.
 		for id, sub := range subjects[tenant] {
 			in := listed[id]
 			isChild := sub.parent != ""
-			if (!isChild && notStarted(id)) || (isChild && in == nil && notStarted(sub.parent)) {
+			if !isChild && in == nil && !acked[tenant+"/"+id] {
+				continue
+			}
+			if parent := listed[sub.parent]; isChild && in == nil && (parent == nil || parent.Status != sdk.StatusCompleted) {
 				continue
 			}
 			if in != nil && !isChild && !acked[tenant+"/"+id] {
