@@ -83,8 +83,7 @@ type bulkKey struct {
 // that match the filter, oldest completion first. Only terminal instances
 // have a completion time, and deleted ones leave the index, so the scan
 // starts at the next candidate instead of wading through the running
-// instances and what earlier calls deleted (in id order it read 11,000
-// entries for 200 candidates after a few calls), and retention cutoffs
+// instances and what earlier calls deleted, and retention cutoffs
 // (completed before) read only what they delete.
 func (s *Store) bulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after bulkKey, n int) ([]bulkKey, error) {
 	q := &query{}
