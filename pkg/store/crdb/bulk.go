@@ -3,8 +3,8 @@ package crdb
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -86,17 +86,10 @@ type bulkKey struct {
 // instances and what earlier calls deleted, and retention cutoffs
 // (completed before) read only what they delete.
 func (s *Store) bulkCandidates(ctx context.Context, tenantID string, f *store.InstanceFilter, after bulkKey, n int) ([]bulkKey, error) {
-	q := &query{}
-	filterInstances(q, tenantID, f, true)
-	q.where("i.parent_instance_id IS NULL")
-	q.where("i.status IN ('Completed', 'Failed', 'Cancelled')")
-	q.where("i.completed_at IS NOT NULL")
-	q.where("(i.completed_at, i.instance_id) > (%s, %s)", q.arg(after.completedAt), q.arg(after.id))
-	sql := fmt.Sprintf(`SELECT i.completed_at, i.instance_id FROM instances i WHERE %s
-ORDER BY i.completed_at, i.instance_id LIMIT %d`, q.whereSQL(), n)
+	sql, args := bulkCandidatesQuery(tenantID, f, after, n)
 	var keys []bulkKey
 	err := s.retry(ctx, func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, sql, customPlan(q.args)...)
+		rows, err := s.pool.Query(ctx, sql, customPlan(args)...)
 		if err != nil {
 			return err
 		}
@@ -107,6 +100,19 @@ ORDER BY i.completed_at, i.instance_id LIMIT %d`, q.whereSQL(), n)
 		return err
 	})
 	return keys, err
+}
+
+// bulkCandidatesQuery builds the statement of bulkCandidates.
+func bulkCandidatesQuery(tenantID string, f *store.InstanceFilter, after bulkKey, n int) (sql string, args pgx.StrictNamedArgs) {
+	q := &query{}
+	filterInstances(q, tenantID, f, true)
+	q.where("i.parent_instance_id IS NULL")
+	q.where("i.status IN ('Completed', 'Failed', 'Cancelled')")
+	q.where("i.completed_at IS NOT NULL")
+	q.where("(i.completed_at, i.instance_id) > (%s, %s)", q.arg("after_completed_at", after.completedAt), q.arg("after_id", after.id))
+	return `SELECT i.completed_at, i.instance_id FROM instances i
+WHERE ` + q.whereSQL() + `
+ORDER BY i.completed_at, i.instance_id LIMIT ` + strconv.Itoa(n), q.args
 }
 
 // DeleteExpired deletes the trees of roots the janitor judged expired,

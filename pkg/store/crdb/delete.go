@@ -46,15 +46,7 @@ func (s *Store) DeleteInstancesAtomic(ctx context.Context, p *store.DeleteInstan
 	var res store.DeleteResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.DeleteResult{}
-		rows, err := tx.Query(ctx, `
-SELECT i.instance_id, i.status = 'Running' AND NOT i.deleting,
-	1 + i.execution_count + i.event_count
-	+ (SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = $1 AND q.instance_id = i.instance_id)
-	+ (SELECT count(*) FROM worker_queue w WHERE w.tenant_id = $1 AND w.instance_id = i.instance_id),
-	(SELECT c.instance_id FROM instances c
-		WHERE c.tenant_id = $1 AND c.parent_instance_id = i.instance_id AND NOT (c.instance_id = ANY($2::TEXT[]))
-		LIMIT 1)
-FROM instances i WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[])`, p.TenantID, p.InstanceIDs)
+		rows, err := tx.Query(ctx, sqlAtomicDeleteCheck, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "ids": p.InstanceIDs})
 		if err != nil {
 			return err
 		}
@@ -177,38 +169,22 @@ func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, node
 	return r, len(ids) == len(nodes), err
 }
 
+var (
+	sqlAtomicDeleteCheck     = stmt("AtomicDeleteCheck")
+	sqlDeletePieceQueues     = stmt("DeletePieceQueues")
+	sqlDeletePieceHistory    = stmt("DeletePieceHistory")
+	sqlDeletePieceExecutions = stmt("DeletePieceExecutions")
+)
+
 // deleteInstancePiece removes up to MaxRowsPerTransaction rows of one
-// instance too big to delete at once. The instance is hidden first: reads
-// no longer see it (nor count it), fetches treat its messages as zombies,
-// its lease is gone; its id stays taken until the last piece.
+// instance too big to delete at once (sql/delete.sql, DeletePieceQueues
+// and the two that follow it).
 func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, instanceID string) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows, leases int64
 	budget := s.opts.MaxRowsPerTransaction
-	// Queue rows and lease first, then history, then executions: a piece
-	// never leaves an execution without its history behind while the
-	// instance is visible, because it is not visible any more.
-	err := tx.QueryRow(ctx, `
-WITH hide AS (
-	UPDATE instances SET deleting = true WHERE tenant_id = $1 AND instance_id = $2 AND NOT deleting RETURNING status
-), counted AS (
-	INSERT INTO instance_counts (tenant_id, status, shard, n)
-	SELECT $1, status, $4, -1 FROM hide
-	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
-	RETURNING 1
-), l AS (
-	DELETE FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2 RETURNING 1
-), oq AS (
-	DELETE FROM orchestrator_queue WHERE (tenant_id, instance_id, id) IN (
-		SELECT tenant_id, instance_id, id FROM orchestrator_queue WHERE tenant_id = $1 AND instance_id = $2 LIMIT $3)
-	RETURNING 1
-), wq AS (
-	DELETE FROM worker_queue WHERE (tenant_id, id) IN (
-		SELECT tenant_id, id FROM worker_queue WHERE tenant_id = $1 AND instance_id = $2 LIMIT $3)
-	RETURNING 1
-)
-SELECT (SELECT count(*) FROM oq), (SELECT count(*) FROM wq), (SELECT count(*) FROM l)`,
-		tenantID, instanceID, budget/2, countShard()).Scan(&orchestratorRows, &workerRows, &leases)
+	piece := pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget / 2, "shard": countShard()}
+	err := tx.QueryRow(ctx, sqlDeletePieceQueues, piece).Scan(&orchestratorRows, &workerRows, &leases)
 	if err != nil {
 		return r, err
 	}
@@ -217,34 +193,11 @@ SELECT (SELECT count(*) FROM oq), (SELECT count(*) FROM wq), (SELECT count(*) FR
 	if budget <= 0 {
 		return r, nil
 	}
-	// History in key order, then the executions left without history.
-	err = tx.QueryRow(ctx, `
-WITH h AS (
-	DELETE FROM history WHERE (tenant_id, instance_id, execution_id, event_id) IN (
-		SELECT tenant_id, instance_id, execution_id, event_id FROM history
-		WHERE tenant_id = $1 AND instance_id = $2
-		ORDER BY execution_id, event_id LIMIT $3)
-	RETURNING 1
-), counted AS (
-	UPDATE instances SET event_count = event_count - (SELECT count(*) FROM h)
-	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING 1
-)
-SELECT count(*) FROM h`, tenantID, instanceID, budget).Scan(&r.EventsDeleted)
+	piece = pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget}
+	err = tx.QueryRow(ctx, sqlDeletePieceHistory, piece).Scan(&r.EventsDeleted)
 	if err != nil || r.EventsDeleted > 0 {
 		return r, err
 	}
-	err = tx.QueryRow(ctx, `
-WITH e AS (
-	DELETE FROM executions WHERE (tenant_id, instance_id, execution_id) IN (
-		SELECT tenant_id, instance_id, execution_id FROM executions
-		WHERE tenant_id = $1 AND instance_id = $2 ORDER BY execution_id LIMIT $3)
-	RETURNING 1
-), counted AS (
-	UPDATE instances SET execution_count = execution_count - (SELECT count(*) FROM e)
-	WHERE tenant_id = $1 AND instance_id = $2
-	RETURNING 1
-)
-SELECT count(*) FROM e`, tenantID, instanceID, budget).Scan(&r.ExecutionsDeleted)
+	err = tx.QueryRow(ctx, sqlDeletePieceExecutions, piece).Scan(&r.ExecutionsDeleted)
 	return r, err
 }

@@ -4,41 +4,57 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// query accumulates the conditions and arguments of a statement built at
-// run time from a filter: the listings, counts and bulk operations whose
-// WHERE clause depends on which criteria a filter sets. Every other
-// statement is whole, in sql/*.sql. The shapes the builder makes are
+// query accumulates the conditions and named arguments of a statement
+// built at run time from a filter: the listings, counts and bulk
+// operations whose WHERE clause depends on which criteria a filter sets.
+// Every other statement is whole, in sql/*.sql. The shapes the builder makes are
 // written out in testdata/filter_shapes.sql (TestFilterShapes keeps it
 // current and runs each one).
 type query struct {
 	conds []string
-	args  []any
+	args  pgx.StrictNamedArgs
 	// byTag says the statement reads instances by their driving tag
 	// (instance_tags g joined to instances i), so that the filter need not
 	// look the tag up again.
 	byTag bool
 }
 
-// arg adds an argument and returns its placeholder.
-func (q *query) arg(v any) string {
-	q.args = append(q.args, v)
-	return fmt.Sprintf("$%d", len(q.args))
+// arg binds a value to a name and returns its placeholder (@name). A name
+// bound again must be bound to the same value: two criteria that happen to
+// pick one name for different values would otherwise silently share one.
+func (q *query) arg(name string, v any) string {
+	if q.args == nil {
+		q.args = pgx.StrictNamedArgs{}
+	}
+	if old, ok := q.args[name]; ok && !reflect.DeepEqual(old, v) {
+		panic(fmt.Sprintf("crdb: parameter @%s bound to %#v and to %#v", name, old, v))
+	}
+	q.args[name] = v
+	return "@" + name
 }
 
 func (q *query) where(format string, args ...any) {
 	q.conds = append(q.conds, fmt.Sprintf(format, args...))
 }
 
-// whereSQL is the conditions, one a line.
-func (q *query) whereSQL() string { return strings.Join(q.conds, "\n\tAND ") }
+// whereSQL is the conditions, one a line; true when there is none.
+func (q *query) whereSQL() string {
+	if len(q.conds) == 0 {
+		return "true"
+	}
+	return strings.Join(q.conds, "\n\tAND ")
+}
 
 // likePrefix is a LIKE pattern matching strings that start with prefix.
 func likePrefix(prefix string) string {
@@ -52,11 +68,12 @@ func likePrefix(prefix string) string {
 // when strings compare byte by byte, as they do on CockroachDB and on a
 // PostgreSQL database with the C collation (which testdb and orchard dev
 // create).
-func prefixRange(q *query, col, prefix string) {
-	q.where(`%s LIKE %s ESCAPE '\'`, col, q.arg(likePrefix(prefix)))
-	q.where("%s >= %s", col, q.arg(prefix))
+// Its parameters are named after param: @param, @param_like, @param_end.
+func prefixRange(q *query, col, param, prefix string) {
+	q.where(`%s LIKE %s ESCAPE '\'`, col, q.arg(param+"_like", likePrefix(prefix)))
+	q.where("%s >= %s", col, q.arg(param, prefix))
 	if end, ok := prefixEnd(prefix); ok {
-		q.where("%s < %s", col, q.arg(end))
+		q.where("%s < %s", col, q.arg(param+"_end", end))
 	}
 }
 
@@ -111,68 +128,68 @@ func validateFilter(f *store.InstanceFilter) error {
 // Instances being deleted are never listed or counted; the bulk delete
 // includes them, to finish what an interrupted delete began.
 func filterInstances(q *query, tenantID string, f *store.InstanceFilter, withDeleting bool) {
-	tenant := q.arg(tenantID)
+	tenant := q.arg("tenant_id", tenantID)
 	q.where("i.tenant_id = %s", tenant)
 	if !withDeleting {
 		q.where("NOT i.deleting")
 	}
 	if f.InstanceIDs != nil {
-		q.where("i.instance_id = ANY(%s::TEXT[])", q.arg(f.InstanceIDs))
+		q.where("i.instance_id = ANY(%s::TEXT[])", q.arg("instance_ids", f.InstanceIDs))
 	}
 	switch len(f.Statuses) {
 	case 0:
 	case 1:
 		// Equality, not = ANY: then the scan of (tenant, status, created)
 		// comes out in creation order and stops at the page.
-		q.where("i.status = %s", q.arg(string(f.Statuses[0])))
+		q.where("i.status = %s", q.arg("status", string(f.Statuses[0])))
 	default:
-		q.where("i.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
+		q.where("i.status = ANY(%s::TEXT[])", q.arg("statuses", statusStrings(f.Statuses)))
 	}
 	if f.Name != "" {
-		q.where("i.name = %s", q.arg(f.Name))
+		q.where("i.name = %s", q.arg("name", f.Name))
 	}
 	if f.NamePrefix != "" {
-		prefixRange(q, "i.name", f.NamePrefix)
+		prefixRange(q, "i.name", "name_prefix", f.NamePrefix)
 	}
 	if f.IDPrefix != "" {
-		prefixRange(q, "i.instance_id", f.IDPrefix)
+		prefixRange(q, "i.instance_id", "id_prefix", f.IDPrefix)
 	}
-	timeRange := func(col string, after, before *time.Time) {
+	timeRange := func(event string, after, before *time.Time) {
 		if after != nil {
-			q.where("i.%s >= %s", col, q.arg(after.UnixMilli()))
+			q.where("i.%s_at >= %s", event, q.arg(event+"_after", after.UnixMilli()))
 		}
 		if before != nil {
-			q.where("i.%s < %s", col, q.arg(before.UnixMilli()))
+			q.where("i.%s_at < %s", event, q.arg(event+"_before", before.UnixMilli()))
 		}
 	}
-	timeRange("created_at", f.CreatedAfter, f.CreatedBefore)
-	timeRange("updated_at", f.UpdatedAfter, f.UpdatedBefore)
-	timeRange("completed_at", f.CompletedAfter, f.CompletedBefore)
+	timeRange("created", f.CreatedAfter, f.CreatedBefore)
+	timeRange("updated", f.UpdatedAfter, f.UpdatedBefore)
+	timeRange("completed", f.CompletedAfter, f.CompletedBefore)
 	// An instance is created before it is updated or completed: bounding
 	// created_at too lets the planner start the created-order scan at the
 	// cutoff instead of discarding everything newer.
 	if before := earliest(f.UpdatedBefore, f.CompletedBefore); before != nil {
-		q.where("i.created_at < %s", q.arg(before.UnixMilli()))
+		q.where("i.created_at < %s", q.arg("created_before_bound", before.UnixMilli()))
 	}
 	if key, value, ok := drivingTag(f); ok {
 		// The driving tag through instance_tags (which the caller may
 		// already read by it), the others on the instance.
 		if !q.byTag {
 			q.where(`i.instance_id IN (SELECT g.instance_id FROM instance_tags g
-	WHERE g.tenant_id = %s AND g.tag_key = %s AND g.tag_value = %s)`, tenant, q.arg(key), q.arg(value))
+	WHERE g.tenant_id = %s AND g.tag_key = %s AND g.tag_value = %s)`, tenant, q.arg("tag_key", key), q.arg("tag_value", value))
 		}
 		others := maps.Clone(f.Tags)
 		delete(others, key)
 		if len(others) > 0 {
 			tags, _ := json.Marshal(others)
-			q.where("i.tags @> %s::JSONB", q.arg(string(tags)))
+			q.where("i.tags @> %s::JSONB", q.arg("other_tags", string(tags)))
 		}
 	}
 	if f.RootsOnly {
 		q.where("i.parent_instance_id IS NULL")
 	}
 	if f.ParentInstanceID != "" {
-		q.where("i.parent_instance_id = %s", q.arg(f.ParentInstanceID))
+		q.where("i.parent_instance_id = %s", q.arg("parent_instance_id", f.ParentInstanceID))
 	}
 }
 

@@ -3,12 +3,16 @@ package crdb
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -55,9 +59,10 @@ func TestFilterShapes(t *testing.T) {
 	out.WriteString("-- The statements of the filter builder (filter.go), one per shape, as\n" +
 		"-- TestFilterShapes makes them; go test ./pkg/store/crdb -run TestFilterShapes -update\n" +
 		"-- rewrites this file.\n")
-	write := func(name, sql string, args []any) {
+	write := func(name, sql string, args pgx.StrictNamedArgs) {
 		fmt.Fprintf(&out, "\n-- %s\n", name)
-		for i, a := range args {
+		for _, name := range slices.Sorted(maps.Keys(args)) {
+			a := args[name]
 			v := fmt.Sprintf("%#v", a)
 			if p, ok := a.(*int64); ok {
 				v = "NULL"
@@ -65,7 +70,7 @@ func TestFilterShapes(t *testing.T) {
 					v = fmt.Sprint(*p)
 				}
 			}
-			fmt.Fprintf(&out, "-- $%d = %s\n", i+1, v)
+			fmt.Fprintf(&out, "-- @%s = %s\n", name, v)
 		}
 		out.WriteString(sql + ";\n")
 	}
@@ -148,6 +153,85 @@ func TestFilterShapes(t *testing.T) {
 		cands, err := s.pruneBulkCandidates(ctx, tenant, &tc.f, &tc.o, pruneKey{}, 10)
 		require.NoError(t, err, tc.name)
 		require.Empty(t, cands, tc.name)
+	}
+
+	// Every instance runs: no root is a bulk delete's candidate.
+	for _, tc := range []struct {
+		name string
+		f    store.InstanceFilter
+	}{
+		{"any", store.InstanceFilter{}},
+		{"completed before (retention)", store.InstanceFilter{CompletedBefore: at(5000)}},
+		{"one status, a name prefix", store.InstanceFilter{Statuses: []store.Status{store.StatusCompleted}, NamePrefix: "ord"}},
+	} {
+		after := bulkKey{completedAt: math.MinInt64}
+		sql, args := bulkCandidatesQuery(tenant, &tc.f, after, 10)
+		write("DeleteInstanceBulk candidates: "+tc.name, sql, args)
+		keys, err := s.bulkCandidates(ctx, tenant, &tc.f, after, 10)
+		require.NoError(t, err, tc.name)
+		require.Empty(t, keys, tc.name)
+	}
+
+	// Two audit records and two janitor runs, of two tenants.
+	require.NoError(t, s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "shapes-other"}))
+	for i, tenantID := range []string{tenant, "shapes-other"} {
+		require.NoError(t, s.StartAudit(ctx, &store.AuditRecord{TenantID: tenantID, RecordID: fmt.Sprintf("rec-%d", i),
+			Action: "DeleteInstance", StartedAt: *at(int64(2000 + i))}))
+		_, err := s.StartJanitorRun(ctx, &store.StartJanitorRunParams{TenantID: tenantID})
+		require.NoError(t, err)
+		clock.Advance(time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		p    store.ListAuditRecordsParams
+		want []string
+	}{
+		{"every tenant", store.ListAuditRecordsParams{}, []string{"rec-1", "rec-0"}},
+		{"one tenant, an action, a time range", store.ListAuditRecordsParams{TenantID: tenant, Action: "DeleteInstance",
+			StartedAfter: at(1000), StartedBefore: at(3000)}, []string{"rec-0"}},
+		{"one tenant, after a position", store.ListAuditRecordsParams{TenantID: tenant,
+			After: &store.AuditPosition{StartedAt: *at(2000), TenantID: tenant, RecordID: "rec-0"}}, []string{}},
+		{"every tenant, after a position", store.ListAuditRecordsParams{
+			After: &store.AuditPosition{StartedAt: *at(2001), TenantID: "shapes-other", RecordID: "rec-1"}}, []string{"rec-0"}},
+	} {
+		tc.p.Limit = 10
+		sql, args := auditRecordsQuery(&tc.p, tc.p.Limit)
+		write("ListAuditRecords: "+tc.name, sql, args)
+		recs, err := s.ListAuditRecords(ctx, &tc.p)
+		require.NoError(t, err, tc.name)
+		got := []string{}
+		for _, r := range recs {
+			got = append(got, r.RecordID)
+		}
+		require.Equal(t, tc.want, got, tc.name)
+	}
+	runs, err := s.ListJanitorRuns(ctx, &store.ListJanitorRunsParams{})
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	for _, tc := range []struct {
+		name    string
+		p       store.ListJanitorRunsParams
+		tenants []string
+	}{
+		{"every tenant", store.ListJanitorRunsParams{}, []string{"shapes-other", tenant}},
+		{"one tenant", store.ListJanitorRunsParams{TenantID: tenant}, []string{tenant}},
+		{"after a position", store.ListJanitorRunsParams{After: &store.JanitorRunPosition{StartedAt: runs[0].StartedAt,
+			TenantID: runs[0].TenantID, RunID: runs[0].RunID}}, []string{tenant}},
+	} {
+		tc.p.Limit = 10
+		sql, args, err := janitorRunsQuery(&tc.p, tc.p.Limit)
+		require.NoError(t, err, tc.name)
+		if tc.p.After != nil {
+			args["after_run_id"] = "a run id" // a new one each run
+		}
+		write("ListJanitorRuns: "+tc.name, sql, args)
+		got, err := s.ListJanitorRuns(ctx, &tc.p)
+		require.NoError(t, err, tc.name)
+		tenants := []string{}
+		for _, r := range got {
+			tenants = append(tenants, r.TenantID)
+		}
+		require.Equal(t, tc.tenants, tenants, tc.name)
 	}
 
 	if *updateShapes {

@@ -14,22 +14,18 @@ import (
 
 var _ store.Janitor = (*Store)(nil)
 
-// expiryByPolicy reads terminal roots of one status that follow the
-// policy, from instances_expiry (its predicate is repeated so that both
-// databases pick it).
-const expiryByPolicy = `
-SELECT instance_id, name, status, completed_at, NULL::JSONB FROM instances
-WHERE tenant_id = $1 AND status = $2 AND completed_at IS NOT NULL AND parent_instance_id IS NULL AND retention IS NULL
-	AND completed_at < $3 AND (completed_at, instance_id) > ($4, $5)
-ORDER BY completed_at, instance_id LIMIT $6`
-
-// expiryByOverride reads terminal roots with a retention of their own, of
-// every status, from instances_expiry_override.
-const expiryByOverride = `
-SELECT instance_id, name, status, completed_at, retention FROM instances
-WHERE tenant_id = $1 AND completed_at IS NOT NULL AND parent_instance_id IS NULL AND retention IS NOT NULL
-	AND completed_at < $3 AND (completed_at, instance_id) > ($4, $5) AND $2::TEXT = ''
-ORDER BY completed_at, instance_id LIMIT $6`
+var (
+	sqlExpiryByPolicy      = stmt("ExpiryByPolicy")
+	sqlExpiryByOverride    = stmt("ExpiryByOverride")
+	sqlSummarizeTrees      = stmt("SummarizeTrees")
+	sqlListChainCandidates = stmt("ListChainCandidates")
+	sqlCountPrunable       = stmt("CountPrunable")
+	sqlStartJanitorRun     = stmt("StartJanitorRun")
+	sqlFinishJanitorRun    = stmt("FinishJanitorRun")
+	sqlStartAudit          = stmt("StartAudit")
+	sqlFinishAudit         = stmt("FinishAudit")
+	sqlPruneAuditRecords   = stmt("PruneAuditRecords")
+)
 
 // ListExpiryCandidates reads terminal roots that completed before a cutoff.
 func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCandidatesParams) ([]store.ExpiryCandidate, error) {
@@ -40,20 +36,23 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 	if err != nil {
 		return nil, err
 	}
-	sql, status := expiryByPolicy, string(p.Status)
-	if p.Overrides {
-		sql, status = expiryByOverride, ""
-	} else if !p.Status.Terminal() {
-		return nil, invalid("expiry candidates need a terminal status, got %q", p.Status)
-	}
 	afterAt, afterID := int64(math.MinInt64), ""
 	if p.After != nil {
 		afterAt, afterID = p.After.CompletedAt.UnixMilli(), p.After.InstanceID
 	}
+	sql, args := sqlExpiryByPolicy, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "completed_before": p.CompletedBefore.UnixMilli(),
+		"after_completed_at": afterAt, "after_id": afterID, "limit": limit}
+	if p.Overrides {
+		sql = sqlExpiryByOverride
+	} else if !p.Status.Terminal() {
+		return nil, invalid("expiry candidates need a terminal status, got %q", p.Status)
+	} else {
+		args["status"] = string(p.Status)
+	}
 	var out []store.ExpiryCandidate
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sql, p.TenantID, status, p.CompletedBefore.UnixMilli(), afterAt, afterID, limit)
+		rows, err := s.pool.Query(ctx, sql, args)
 		if err != nil {
 			return err
 		}
@@ -98,11 +97,7 @@ func (s *Store) SummarizeTrees(ctx context.Context, p *store.SummarizeTreesParam
 	out := map[string]store.TreeSummary{}
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
-		rows, err := s.pool.Query(ctx, `
-SELECT root_instance_id, count(*), sum(execution_count)::INT8, sum(event_count)::INT8,
-	bool_and(status IN ('Completed', 'Failed', 'Cancelled') OR deleting)
-FROM instances WHERE tenant_id = $1 AND root_instance_id = ANY($2::TEXT[])
-GROUP BY root_instance_id`, p.TenantID, p.RootIDs)
+		rows, err := s.pool.Query(ctx, sqlSummarizeTrees, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "root_ids": p.RootIDs})
 		if err != nil {
 			return err
 		}
@@ -129,12 +124,7 @@ func (s *Store) ListChainCandidates(ctx context.Context, p *store.ListChainCandi
 	var out []store.ChainCandidate
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, `
-SELECT p.instance_id, i.root_instance_id, i.name, i.retention
-FROM instance_prunable p
-JOIN instances i ON i.tenant_id = p.tenant_id AND i.instance_id = p.instance_id
-WHERE p.tenant_id = $1 AND p.instance_id > $2 AND NOT i.deleting
-ORDER BY p.instance_id LIMIT $3`, p.TenantID, p.AfterID, limit)
+		rows, err := s.pool.Query(ctx, sqlListChainCandidates, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "after_id": p.AfterID, "limit": limit})
 		if err != nil {
 			return err
 		}
@@ -167,12 +157,8 @@ func (s *Store) CountPrunable(ctx context.Context, p *store.CountPrunableParams)
 	}
 	before := millisOrNull(p.Options.CompletedBefore)
 	err := s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, `
-SELECT count(DISTINCT i.instance_id), count(DISTINCT e.instance_id), count(e.execution_id), COALESCE(sum(e.event_count), 0)::INT8
-FROM instances i
-LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
-	AND `+prunableExecution("i.current_execution_id", "$3", "$4")+`
-WHERE i.tenant_id = $1 AND i.instance_id = ANY($2::TEXT[]) AND NOT i.deleting`, p.TenantID, p.InstanceIDs, p.Options.KeepLast, before).
+		return s.pool.QueryRow(ctx, sqlCountPrunable, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_ids": p.InstanceIDs,
+			"keep_last": p.Options.KeepLast, "completed_before": before}).
 			Scan(&r.InstancesProcessed, &r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 	})
 	return r, err
@@ -187,8 +173,7 @@ func (s *Store) StartJanitorRun(ctx context.Context, p *store.StartJanitorRunPar
 	now := s.now()
 	var id string
 	err = s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, `INSERT INTO janitor_runs (tenant_id, started_at, result) VALUES ($1, $2, $3)
-			RETURNING run_id::TEXT`, p.TenantID, now, result).Scan(&id)
+		return s.pool.QueryRow(ctx, sqlStartJanitorRun, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "now": now, "result": result}).Scan(&id)
 	})
 	return id, err
 }
@@ -201,8 +186,7 @@ func (s *Store) FinishJanitorRun(ctx context.Context, r *store.JanitorRun) error
 	}
 	now := s.now()
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `UPDATE janitor_runs SET finished_at = $3, result = $4
-			WHERE tenant_id = $1 AND run_id = $2::UUID`, r.TenantID, r.RunID, now, result)
+		_, err := s.pool.Exec(ctx, sqlFinishJanitorRun, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "run_id": r.RunID, "now": now, "result": result})
 		return err
 	})
 }
@@ -221,9 +205,8 @@ func (s *Store) StartAudit(ctx context.Context, r *store.AuditRecord) error {
 		r.StartedAt = fromMillis(s.now())
 	}
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO audit_records (tenant_id, record_id, actor, role, action, request, started_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tenant_id, record_id) DO NOTHING`,
-			r.TenantID, r.RecordID, r.Actor, r.Role, r.Action, []byte(request), r.StartedAt.UnixMilli())
+		_, err := s.pool.Exec(ctx, sqlStartAudit, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
+			"actor": r.Actor, "role": r.Role, "action": r.Action, "request": []byte(request), "started_at": r.StartedAt.UnixMilli()})
 		return err
 	})
 }
@@ -242,15 +225,9 @@ func (s *Store) FinishAudit(ctx context.Context, r *store.AuditRecord) error {
 	}
 	res := r.Result
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, `
-UPDATE audit_records SET finished_at = $3, error = $4, result = jsonb_build_object(
-	'instances', COALESCE((result->>'instances')::INT8, 0) + $5::INT8,
-	'executions', COALESCE((result->>'executions')::INT8, 0) + $6::INT8,
-	'events', COALESCE((result->>'events')::INT8, 0) + $7::INT8,
-	'rows', COALESCE((result->>'rows')::INT8, 0) + $8::INT8,
-	'complete', $9::BOOL)
-WHERE tenant_id = $1 AND record_id = $2`,
-			r.TenantID, r.RecordID, finished, errText, res.Instances, res.Executions, res.Events, res.Rows, res.Complete)
+		_, err := s.pool.Exec(ctx, sqlFinishAudit, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
+			"finished_at": finished, "error": errText, "instances": res.Instances, "executions": res.Executions,
+			"events": res.Events, "rows": res.Rows, "complete": res.Complete})
 		return err
 	})
 }
@@ -261,37 +238,11 @@ func (s *Store) ListAuditRecords(ctx context.Context, p *store.ListAuditRecordsP
 	if err != nil {
 		return nil, err
 	}
-	q := &query{}
-	if p.TenantID != "" {
-		q.where("tenant_id = %s", q.arg(p.TenantID))
-	}
-	if p.Action != "" {
-		q.where("action = %s", q.arg(p.Action))
-	}
-	if p.StartedAfter != nil {
-		q.where("started_at >= %s", q.arg(p.StartedAfter.UnixMilli()))
-	}
-	if p.StartedBefore != nil {
-		q.where("started_at < %s", q.arg(p.StartedBefore.UnixMilli()))
-	}
-	if a := p.After; a != nil {
-		if p.TenantID != "" {
-			q.where("(started_at, record_id) < (%s, %s)", q.arg(a.StartedAt.UnixMilli()), q.arg(a.RecordID))
-		} else {
-			q.where("(started_at, tenant_id, record_id) < (%s, %s, %s)",
-				q.arg(a.StartedAt.UnixMilli()), q.arg(a.TenantID), q.arg(a.RecordID))
-		}
-	}
-	where := "true"
-	if len(q.conds) > 0 {
-		where = q.whereSQL()
-	}
-	sql := fmt.Sprintf(`SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE %s ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT %d`, where, limit)
+	sql, args := auditRecordsQuery(p, limit)
 	var out []store.AuditRecord
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sql, q.args...)
+		rows, err := s.pool.Query(ctx, sql, args)
 		if err != nil {
 			return err
 		}
@@ -315,6 +266,34 @@ FROM audit_records WHERE %s ORDER BY started_at DESC, tenant_id DESC, record_id 
 	return out, err
 }
 
+// auditRecordsQuery builds the statement of a page of limit audit records.
+func auditRecordsQuery(p *store.ListAuditRecordsParams, limit int) (sql string, args pgx.StrictNamedArgs) {
+	q := &query{}
+	if p.TenantID != "" {
+		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))
+	}
+	if p.Action != "" {
+		q.where("action = %s", q.arg("action", p.Action))
+	}
+	if p.StartedAfter != nil {
+		q.where("started_at >= %s", q.arg("started_after", p.StartedAfter.UnixMilli()))
+	}
+	if p.StartedBefore != nil {
+		q.where("started_at < %s", q.arg("started_before", p.StartedBefore.UnixMilli()))
+	}
+	if a := p.After; a != nil {
+		if p.TenantID != "" {
+			q.where("(started_at, record_id) < (%s, %s)",
+				q.arg("after_started_at", a.StartedAt.UnixMilli()), q.arg("after_record_id", a.RecordID))
+		} else {
+			q.where("(started_at, tenant_id, record_id) < (%s, %s, %s)",
+				q.arg("after_started_at", a.StartedAt.UnixMilli()), q.arg("after_tenant_id", a.TenantID), q.arg("after_record_id", a.RecordID))
+		}
+	}
+	return fmt.Sprintf(`SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
+FROM audit_records WHERE %s ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT %d`, q.whereSQL(), limit), q.args
+}
+
 // PruneAuditRecords deletes up to Limit records of every tenant that
 // started before a time.
 func (s *Store) PruneAuditRecords(ctx context.Context, p *store.PruneAuditRecordsParams) (int64, error) {
@@ -328,20 +307,22 @@ func (s *Store) PruneAuditRecords(ctx context.Context, p *store.PruneAuditRecord
 	}
 	var n int64
 	err = s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `
-DELETE FROM audit_records WHERE (tenant_id, record_id) IN (
-	SELECT tenant_id, record_id FROM audit_records
-	WHERE started_at < $1 AND NOT action = ANY($3::TEXT[])
-	ORDER BY started_at LIMIT $2)
-	AND started_at < $1`, p.StartedBefore.UnixMilli(), limit, keep)
+		tag, err := s.pool.Exec(ctx, sqlPruneAuditRecords, pgx.StrictNamedArgs{"started_before": p.StartedBefore.UnixMilli(),
+			"limit": limit, "keep_actions": keep})
 		n = tag.RowsAffected()
 		return err
 	})
 	return n, err
 }
 
-const operationColumns = `tenant_id, operation_id, kind, request, state, result, COALESCE(error, ''), created_at, updated_at, deadline`
+var (
+	sqlCreateOperation    = stmt("CreateOperation")
+	sqlGetOperation       = stmt("GetOperation")
+	sqlListOpenOperations = stmt("ListOpenOperations")
+	sqlUpdateOperation    = stmt("UpdateOperation")
+)
 
+// scanOperation reads a row of GetOperation or ListOpenOperations.
 func scanOperation(row pgx.Row) (*store.Operation, error) {
 	var op store.Operation
 	var request, result []byte
@@ -364,9 +345,8 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) error 
 	op.CreatedAt, op.UpdatedAt = fromMillis(now), fromMillis(now)
 	var inserted bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `INSERT INTO operations (tenant_id, operation_id, kind, request, state, created_at, updated_at, deadline)
-			VALUES ($1, $2, $3, $4, $5, $6, $6, $7) ON CONFLICT (tenant_id, operation_id) DO NOTHING`,
-			op.TenantID, op.OperationID, op.Kind, []byte(op.Request), op.State, now, op.Deadline.UnixMilli())
+		tag, err := s.pool.Exec(ctx, sqlCreateOperation, pgx.StrictNamedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
+			"kind": op.Kind, "request": []byte(op.Request), "state": op.State, "now": now, "deadline": op.Deadline.UnixMilli()})
 		inserted = tag.RowsAffected() == 1
 		return err
 	})
@@ -381,8 +361,8 @@ func (s *Store) GetOperation(ctx context.Context, p *store.GetOperationParams) (
 	var op *store.Operation
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		op, err = scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationColumns+` FROM operations
-			WHERE tenant_id = $1 AND operation_id = $2`, p.TenantID, p.OperationID))
+		op, err = scanOperation(s.pool.QueryRow(ctx, sqlGetOperation,
+			pgx.StrictNamedArgs{"tenant_id": p.TenantID, "operation_id": p.OperationID}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -400,8 +380,7 @@ func (s *Store) ListOpenOperations(ctx context.Context, limit int) ([]store.Oper
 	var out []store.Operation
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, `SELECT `+operationColumns+` FROM operations
-			WHERE state IN ('pending', 'running') ORDER BY created_at LIMIT $1`, limit)
+		rows, err := s.pool.Query(ctx, sqlListOpenOperations, pgx.StrictNamedArgs{"limit": limit})
 		if err != nil {
 			return err
 		}
@@ -430,8 +409,8 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 		errText = &op.Error
 	}
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, `UPDATE operations SET state = $3, result = $4, error = $5, updated_at = $6
-			WHERE tenant_id = $1 AND operation_id = $2`, op.TenantID, op.OperationID, op.State, []byte(result), errText, now)
+		tag, err := s.pool.Exec(ctx, sqlUpdateOperation, pgx.StrictNamedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
+			"state": op.State, "result": []byte(result), "error": errText, "now": now})
 		if err == nil && tag.RowsAffected() == 0 {
 			return fmt.Errorf("operation %q: %w", op.OperationID, store.ErrNotFound)
 		}
@@ -441,25 +420,26 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 	return err
 }
 
-// tenantTables are the tables that hold a tenant's rows, with their keys,
-// in the order an erasure empties them: what refers to an instance before
-// the instance, the tenant's row last but one, its audit records last (all
-// but the tombstone). A test checks this list against the catalog.
-var tenantTables = []struct{ name, key string }{
-	{"history", "instance_id, execution_id, event_id"},
-	{"executions", "instance_id, execution_id"},
-	{"orchestrator_queue", "instance_id, id"},
-	{"worker_queue", "id"},
-	{"instance_locks", "instance_id"},
-	{"instance_tags", "instance_id, tag_key"},
-	{"instance_prunable", "instance_id"},
-	{"instance_counts", "status, shard"},
-	{"instances", "instance_id"},
-	{"definitions", "name, version"},
-	{"operations", "operation_id"},
-	{"janitor_runs", "run_id"},
-	{"tenants", "tenant_id"},
-	{"audit_records", "record_id"},
+// tenantTables are the tables that hold a tenant's rows, with the
+// statement that erases them (sql/erase.sql), in the order an erasure
+// empties them: what refers to an instance before the instance, the
+// tenant's row last but one, its audit records last (all but the
+// tombstone). A test checks this list against the catalog.
+var tenantTables = []struct{ name, sql string }{
+	{"history", stmt("EraseHistory")},
+	{"executions", stmt("EraseExecutions")},
+	{"orchestrator_queue", stmt("EraseOrchestratorQueue")},
+	{"worker_queue", stmt("EraseWorkerQueue")},
+	{"instance_locks", stmt("EraseInstanceLocks")},
+	{"instance_tags", stmt("EraseInstanceTags")},
+	{"instance_prunable", stmt("EraseInstancePrunable")},
+	{"instance_counts", stmt("EraseInstanceCounts")},
+	{"instances", stmt("EraseInstances")},
+	{"definitions", stmt("EraseDefinitions")},
+	{"operations", stmt("EraseOperations")},
+	{"janitor_runs", stmt("EraseJanitorRuns")},
+	{"tenants", stmt("EraseTenant")},
+	{"audit_records", stmt("EraseAuditRecords")},
 }
 
 // TenantTables lists the tables an erasure empties.
@@ -483,21 +463,15 @@ func (s *Store) EraseTenantRows(ctx context.Context, p *store.EraseTenantRowsPar
 	res := &store.EraseResult{Rows: map[string]int64{}}
 	budget := int64(p.MaxRows)
 	for _, t := range tenantTables {
-		keep := ""
-		if t.name == "audit_records" {
-			keep = " AND record_id <> $3"
-		}
-		sql := fmt.Sprintf(`DELETE FROM %[1]s WHERE tenant_id = $1 AND (%[2]s) IN (
-	SELECT %[2]s FROM %[1]s WHERE tenant_id = $1%[3]s LIMIT $2)%[3]s`, t.name, t.key, keep)
 		for budget > 0 {
 			n := min(budget, s.opts.MaxRowsPerTransaction)
 			var deleted int64
 			err := s.inTx(ctx, func(tx pgx.Tx) error {
-				args := []any{p.TenantID, n}
-				if keep != "" {
-					args = append(args, p.KeepRecordID)
+				args := pgx.StrictNamedArgs{"tenant_id": p.TenantID, "limit": n}
+				if t.name == "audit_records" {
+					args["keep_record_id"] = p.KeepRecordID
 				}
-				tag, err := tx.Exec(ctx, sql, args...)
+				tag, err := tx.Exec(ctx, t.sql, args)
 				deleted = tag.RowsAffected()
 				return err
 			})

@@ -40,8 +40,8 @@ const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_i
 // for every value, scanned 27,000 instances for a one-day completion range
 // that a plan knowing the day reads 150 for. Arguments must then have
 // types pgx infers from Go: strings, int64, []string.
-func customPlan(args []any) []any {
-	return append([]any{pgx.QueryExecModeExec}, args...)
+func customPlan(args pgx.StrictNamedArgs) []any {
+	return []any{pgx.QueryExecModeExec, args}
 }
 
 // ListInstances reads one page in keyset order: (order column, instance id).
@@ -94,7 +94,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams)
 // joined, not every match. In creation order, a tag filter reads the
 // instances with its driving tag from instance_tags, in that order, and
 // stops at the page.
-func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, args []any, err error) {
+func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, args pgx.StrictNamedArgs, err error) {
 	if p.TenantID == "" {
 		return "", nil, invalid("tenant id is required")
 	}
@@ -114,14 +114,14 @@ func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, ar
 	}
 	filterInstances(q, p.TenantID, &p.Filter, false)
 	if q.byTag {
-		q.where("g.tenant_id = $1 AND g.tag_key = %s AND g.tag_value = %s", q.arg(tagKey), q.arg(tagValue))
+		q.where("g.tenant_id = %s AND g.tag_key = %s AND g.tag_value = %s", q.arg("tenant_id", p.TenantID), q.arg("tag_key", tagKey), q.arg("tag_value", tagValue))
 	}
 	dir, cmp := "ASC", ">"
 	if desc {
 		dir, cmp = "DESC", "<"
 	}
 	if a := p.After; a != nil {
-		q.where("(%s.%s, %s.instance_id) %s (%s, %s)", key, col, key, cmp, q.arg(a.OrderKey), q.arg(a.InstanceID))
+		q.where("(%s.%s, %s.instance_id) %s (%s, %s)", key, col, key, cmp, q.arg("after_key", a.OrderKey), q.arg("after_id", a.InstanceID))
 	}
 	sql = `SELECT ` + instanceColumns + `, i.` + col + `
 FROM (
@@ -130,7 +130,7 @@ FROM (
 	ORDER BY ` + key + `.` + col + ` ` + dir + `, ` + key + `.instance_id ` + dir + `
 	LIMIT ` + strconv.Itoa(limit+1) + `
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 ` + joinCurrentExecution + `
 ORDER BY i.` + col + ` ` + dir + `, i.instance_id ` + dir
 	return sql, q.args, nil
@@ -179,12 +179,12 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 
 // countInstancesQuery builds the statement of a count: over the counters
 // when they answer it, else over the matching instances.
-func countInstancesQuery(p *store.CountInstancesParams) (sql string, args []any) {
+func countInstancesQuery(p *store.CountInstancesParams) (sql string, args pgx.StrictNamedArgs) {
 	q := &query{}
 	if byCounters(&p.Filter) {
-		q.where("tenant_id = %s", q.arg(p.TenantID))
+		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))
 		if len(p.Filter.Statuses) > 0 {
-			q.where("status = ANY(%s::TEXT[])", q.arg(statusStrings(p.Filter.Statuses)))
+			q.where("status = ANY(%s::TEXT[])", q.arg("statuses", statusStrings(p.Filter.Statuses)))
 		}
 		return `SELECT status, sum(n)::INT8 FROM instance_counts
 WHERE ` + q.whereSQL() + `

@@ -263,22 +263,22 @@ func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *sto
 // that the candidates drive). The current execution is the newest:
 // executions are numbered from 1 up, and a new one becomes current in the
 // transaction that adds it.
-func pruneBulkCandidatesQuery(tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) (sql string, args []any) {
+func pruneBulkCandidatesQuery(tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) (sql string, args pgx.StrictNamedArgs) {
 	q := &query{}
 	var where string
 	switch len(f.Statuses) {
 	case 1:
 		// Equality: the index range is that status's, from the position on.
 		where = fmt.Sprintf("p.tenant_id = %s AND p.status = %s AND p.instance_id > %s",
-			q.arg(tenantID), q.arg(string(f.Statuses[0])), q.arg(after.id))
+			q.arg("tenant_id", tenantID), q.arg("status", string(f.Statuses[0])), q.arg("after_id", after.id))
 	default:
 		where = fmt.Sprintf("p.tenant_id = %s AND (p.status, p.instance_id) > (%s, %s)",
-			q.arg(tenantID), q.arg(after.status), q.arg(after.id))
+			q.arg("tenant_id", tenantID), q.arg("after_status", after.status), q.arg("after_id", after.id))
 		if len(f.Statuses) > 1 {
-			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg(statusStrings(f.Statuses)))
+			where += fmt.Sprintf(" AND p.status = ANY(%s::TEXT[])", q.arg("statuses", statusStrings(f.Statuses)))
 		}
 	}
-	prunable := prunableExecution("e.current_execution_id", q.arg(o.KeepLast), q.arg(millisOrNull(o.CompletedBefore)))
+	prunable := prunableExecution("e.current_execution_id", q.arg("keep_last", o.KeepLast), q.arg("prune_completed_before", millisOrNull(o.CompletedBefore)))
 	match := ""
 	if !statusesOnly(f) {
 		filterInstances(q, tenantID, f, false)

@@ -130,26 +130,14 @@ func (s *Store) ListJanitorRuns(ctx context.Context, p *store.ListJanitorRunsPar
 	if err != nil {
 		return nil, err
 	}
-	q := &query{}
-	if p.TenantID != "" {
-		q.where("tenant_id = %s", q.arg(p.TenantID))
+	sql, args, err := janitorRunsQuery(p, limit)
+	if err != nil {
+		return nil, err
 	}
-	if a := p.After; a != nil {
-		if !validToken(a.RunID) {
-			return nil, invalid("janitor run position: run id is not a UUID")
-		}
-		q.where("(started_at, tenant_id, run_id) < (%s, %s, %s::UUID)", q.arg(a.StartedAt.UnixMilli()), q.arg(a.TenantID), q.arg(a.RunID))
-	}
-	where := "true"
-	if len(q.conds) > 0 {
-		where = q.whereSQL()
-	}
-	sql := fmt.Sprintf(`SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
-WHERE %s ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT %d`, where, limit)
 	var out []store.JanitorRun
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sql, q.args...)
+		rows, err := s.pool.Query(ctx, sql, args)
 		if err != nil {
 			return err
 		}
@@ -170,4 +158,21 @@ WHERE %s ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT %d`, where,
 		return err
 	})
 	return out, err
+}
+
+// janitorRunsQuery builds the statement of a page of limit janitor runs.
+func janitorRunsQuery(p *store.ListJanitorRunsParams, limit int) (sql string, args pgx.StrictNamedArgs, err error) {
+	q := &query{}
+	if p.TenantID != "" {
+		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))
+	}
+	if a := p.After; a != nil {
+		if !validToken(a.RunID) {
+			return "", nil, invalid("janitor run position: run id is not a UUID")
+		}
+		q.where("(started_at, tenant_id, run_id) < (%s, %s, %s::UUID)",
+			q.arg("after_started_at", a.StartedAt.UnixMilli()), q.arg("after_tenant_id", a.TenantID), q.arg("after_run_id", a.RunID))
+	}
+	return fmt.Sprintf(`SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
+WHERE %s ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT %d`, q.whereSQL(), limit), q.args, nil
 }

@@ -107,7 +107,11 @@ WITH turns AS (
 SELECT count(*) FROM turn;
 
 -- name: AckEnqueuePinning
--- AckEnqueue for turns that cancel nothing: it pins the turns itself.
+-- AckEnqueue for turns that cancel nothing: it pins the turns itself. Kept
+-- as a second whole statement: one statement serving both would either pin
+-- always (a second write of every instance AckCancel already pinned) or
+-- never (an AckPin more in the batch of the commonest turn), and a choice
+-- of CTE made at run time is the template this file has none of.
 WITH turns AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[])
 		AS t (instance_id, token, execution_id)

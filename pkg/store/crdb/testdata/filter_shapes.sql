@@ -3,498 +3,498 @@
 -- rewrites this file.
 
 -- ListInstances: newest first
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: oldest first
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	ORDER BY i.created_at ASC, i.instance_id ASC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at ASC, i.instance_id ASC;
 
 -- ListInstances: updated, newest first
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.updated_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	ORDER BY i.updated_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.updated_at DESC, i.instance_id DESC;
 
 -- ListInstances: updated, oldest first
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.updated_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	ORDER BY i.updated_at ASC, i.instance_id ASC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.updated_at ASC, i.instance_id ASC;
 
 -- ListInstances: after a position
--- $1 = "shapes"
--- $2 = 1002
--- $3 = "bil-1"
+-- @after_id = "bil-1"
+-- @after_key = 1002
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND (i.created_at, i.instance_id) < ($2, $3)
+	AND (i.created_at, i.instance_id) < (@after_key, @after_id)
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: after a position, oldest first
--- $1 = "shapes"
--- $2 = 1001
--- $3 = "ord-2"
+-- @after_id = "ord-2"
+-- @after_key = 1001
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND (i.created_at, i.instance_id) > ($2, $3)
+	AND (i.created_at, i.instance_id) > (@after_key, @after_id)
 	ORDER BY i.created_at ASC, i.instance_id ASC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at ASC, i.instance_id ASC;
 
 -- ListInstances: instance ids
--- $1 = "shapes"
--- $2 = []string{"ord-1", "bil-1", "gone"}
+-- @instance_ids = []string{"ord-1", "bil-1", "gone"}
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.instance_id = ANY($2::TEXT[])
+	AND i.instance_id = ANY(@instance_ids::TEXT[])
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: no instance ids
--- $1 = "shapes"
--- $2 = []string{}
+-- @instance_ids = []string{}
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.instance_id = ANY($2::TEXT[])
+	AND i.instance_id = ANY(@instance_ids::TEXT[])
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: one status
--- $1 = "shapes"
--- $2 = "Running"
+-- @status = "Running"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.status = $2
+	AND i.status = @status
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: statuses
--- $1 = "shapes"
--- $2 = []string{"Completed", "Failed"}
+-- @statuses = []string{"Completed", "Failed"}
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.status = ANY($2::TEXT[])
+	AND i.status = ANY(@statuses::TEXT[])
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: name
--- $1 = "shapes"
--- $2 = "order"
+-- @name = "order"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.name = $2
+	AND i.name = @name
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: name prefix
--- $1 = "shapes"
--- $2 = "bil%"
--- $3 = "bil"
--- $4 = "bim"
+-- @name_prefix = "bil"
+-- @name_prefix_end = "bim"
+-- @name_prefix_like = "bil%"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.name LIKE $2 ESCAPE '\'
-	AND i.name >= $3
-	AND i.name < $4
+	AND i.name LIKE @name_prefix_like ESCAPE '\'
+	AND i.name >= @name_prefix
+	AND i.name < @name_prefix_end
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: id prefix with LIKE's metacharacter
--- $1 = "shapes"
--- $2 = "bil\\_%"
--- $3 = "bil_"
--- $4 = "bil`"
+-- @id_prefix = "bil_"
+-- @id_prefix_end = "bil`"
+-- @id_prefix_like = "bil\\_%"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.instance_id LIKE $2 ESCAPE '\'
-	AND i.instance_id >= $3
-	AND i.instance_id < $4
+	AND i.instance_id LIKE @id_prefix_like ESCAPE '\'
+	AND i.instance_id >= @id_prefix
+	AND i.instance_id < @id_prefix_end
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: id prefix without an upper bound
--- $1 = "shapes"
--- $2 = "\U0010ffff%"
--- $3 = "\U0010ffff"
+-- @id_prefix = "\U0010ffff"
+-- @id_prefix_like = "\U0010ffff%"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.instance_id LIKE $2 ESCAPE '\'
-	AND i.instance_id >= $3
+	AND i.instance_id LIKE @id_prefix_like ESCAPE '\'
+	AND i.instance_id >= @id_prefix
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: created range
--- $1 = "shapes"
--- $2 = 1001
--- $3 = 1003
+-- @created_after = 1001
+-- @created_before = 1003
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.created_at >= $2
-	AND i.created_at < $3
+	AND i.created_at >= @created_after
+	AND i.created_at < @created_before
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: updated range
--- $1 = "shapes"
--- $2 = 1000
--- $3 = 1002
--- $4 = 1002
+-- @created_before_bound = 1002
+-- @tenant_id = "shapes"
+-- @updated_after = 1000
+-- @updated_before = 1002
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.updated_at >= $2
-	AND i.updated_at < $3
-	AND i.created_at < $4
+	AND i.updated_at >= @updated_after
+	AND i.updated_at < @updated_before
+	AND i.created_at < @created_before_bound
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: completed range
--- $1 = "shapes"
--- $2 = 0
--- $3 = 5000
--- $4 = 5000
+-- @completed_after = 0
+-- @completed_before = 5000
+-- @created_before_bound = 5000
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.completed_at >= $2
-	AND i.completed_at < $3
-	AND i.created_at < $4
+	AND i.completed_at >= @completed_after
+	AND i.completed_at < @completed_before
+	AND i.created_at < @created_before_bound
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: one tag, creation order
--- $1 = "shapes"
--- $2 = "region"
--- $3 = "eu"
+-- @tag_key = "region"
+-- @tag_value = "eu"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND g.tenant_id = $1 AND g.tag_key = $2 AND g.tag_value = $3
+	AND g.tenant_id = @tenant_id AND g.tag_key = @tag_key AND g.tag_value = @tag_value
 	ORDER BY g.created_at DESC, g.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: tags, creation order
--- $1 = "shapes"
--- $2 = "{\"tier\":\"gold\"}"
--- $3 = "region"
--- $4 = "eu"
+-- @other_tags = "{\"tier\":\"gold\"}"
+-- @tag_key = "region"
+-- @tag_value = "eu"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.tags @> $2::JSONB
-	AND g.tenant_id = $1 AND g.tag_key = $3 AND g.tag_value = $4
+	AND i.tags @> @other_tags::JSONB
+	AND g.tenant_id = @tenant_id AND g.tag_key = @tag_key AND g.tag_value = @tag_value
 	ORDER BY g.created_at DESC, g.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: one tag, creation order, after a position
--- $1 = "shapes"
--- $2 = "region"
--- $3 = "eu"
--- $4 = 1002
--- $5 = "bil-1"
+-- @after_id = "bil-1"
+-- @after_key = 1002
+-- @tag_key = "region"
+-- @tag_value = "eu"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instance_tags g JOIN instances i ON i.tenant_id = g.tenant_id AND i.instance_id = g.instance_id
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND g.tenant_id = $1 AND g.tag_key = $2 AND g.tag_value = $3
-	AND (g.created_at, g.instance_id) < ($4, $5)
+	AND g.tenant_id = @tenant_id AND g.tag_key = @tag_key AND g.tag_value = @tag_value
+	AND (g.created_at, g.instance_id) < (@after_key, @after_id)
 	ORDER BY g.created_at DESC, g.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: one tag, update order
--- $1 = "shapes"
--- $2 = "region"
--- $3 = "eu"
+-- @tag_key = "region"
+-- @tag_value = "eu"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.updated_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	AND i.instance_id IN (SELECT g.instance_id FROM instance_tags g
-	WHERE g.tenant_id = $1 AND g.tag_key = $2 AND g.tag_value = $3)
+	WHERE g.tenant_id = @tenant_id AND g.tag_key = @tag_key AND g.tag_value = @tag_value)
 	ORDER BY i.updated_at ASC, i.instance_id ASC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.updated_at ASC, i.instance_id ASC;
 
 -- ListInstances: roots only
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
 	AND i.parent_instance_id IS NULL
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- ListInstances: children of
--- $1 = "shapes"
--- $2 = "ord-1"
+-- @parent_instance_id = "ord-1"
+-- @tenant_id = "shapes"
 SELECT i.instance_id, i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.created_at
 FROM (
 	SELECT i.instance_id FROM instances i
-	WHERE i.tenant_id = $1
+	WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.parent_instance_id = $2
+	AND i.parent_instance_id = @parent_instance_id
 	ORDER BY i.created_at DESC, i.instance_id DESC
 	LIMIT 11
 ) page
-JOIN instances i ON i.tenant_id = $1 AND i.instance_id = page.instance_id
+JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = page.instance_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 ORDER BY i.created_at DESC, i.instance_id DESC;
 
 -- CountInstances: by counters
--- $1 = "shapes"
+-- @tenant_id = "shapes"
 SELECT status, sum(n)::INT8 FROM instance_counts
-WHERE tenant_id = $1
+WHERE tenant_id = @tenant_id
 GROUP BY status HAVING sum(n) <> 0;
 
 -- CountInstances: by counters, statuses
--- $1 = "shapes"
--- $2 = []string{"Running", "Failed"}
+-- @statuses = []string{"Running", "Failed"}
+-- @tenant_id = "shapes"
 SELECT status, sum(n)::INT8 FROM instance_counts
-WHERE tenant_id = $1
-	AND status = ANY($2::TEXT[])
+WHERE tenant_id = @tenant_id
+	AND status = ANY(@statuses::TEXT[])
 GROUP BY status HAVING sum(n) <> 0;
 
 -- CountInstances: by instances
--- $1 = "shapes"
--- $2 = "ord%"
--- $3 = "ord"
--- $4 = "ore"
+-- @name_prefix = "ord"
+-- @name_prefix_end = "ore"
+-- @name_prefix_like = "ord%"
+-- @tenant_id = "shapes"
 SELECT i.status, count(*) FROM instances i
-WHERE i.tenant_id = $1
+WHERE i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.name LIKE $2 ESCAPE '\'
-	AND i.name >= $3
-	AND i.name < $4
+	AND i.name LIKE @name_prefix_like ESCAPE '\'
+	AND i.name >= @name_prefix
+	AND i.name < @name_prefix_end
 GROUP BY i.status;
 
 -- PruneExecutionsBulk candidates: any status
--- $1 = "shapes"
--- $2 = ""
--- $3 = ""
--- $4 = 0
--- $5 = NULL
+-- @after_id = ""
+-- @after_status = ""
+-- @keep_last = 0
+-- @prune_completed_before = NULL
+-- @tenant_id = "shapes"
 SELECT p.status, p.instance_id,
 	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
 FROM instance_prunable p
@@ -506,18 +506,18 @@ CROSS JOIN LATERAL (
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
 	WHERE (e.deleting OR (
 		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
-		AND ($4::INT8 = 0 OR e.execution_id <= e.current_execution_id - $4::INT8)
-		AND ($5::INT8 IS NULL OR e.completed_at < $5::INT8)))
+		AND (@keep_last::INT8 = 0 OR e.execution_id <= e.current_execution_id - @keep_last::INT8)
+		AND (@prune_completed_before::INT8 IS NULL OR e.completed_at < @prune_completed_before::INT8)))
 ) x
-WHERE p.tenant_id = $1 AND (p.status, p.instance_id) > ($2, $3)
+WHERE p.tenant_id = @tenant_id AND (p.status, p.instance_id) > (@after_status, @after_id)
 ORDER BY p.status, p.instance_id LIMIT 10;
 
 -- PruneExecutionsBulk candidates: one status
--- $1 = "shapes"
--- $2 = "Completed"
--- $3 = ""
--- $4 = 2
--- $5 = NULL
+-- @after_id = ""
+-- @keep_last = 2
+-- @prune_completed_before = NULL
+-- @status = "Completed"
+-- @tenant_id = "shapes"
 SELECT p.status, p.instance_id,
 	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
 FROM instance_prunable p
@@ -529,19 +529,19 @@ CROSS JOIN LATERAL (
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
 	WHERE (e.deleting OR (
 		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
-		AND ($4::INT8 = 0 OR e.execution_id <= e.current_execution_id - $4::INT8)
-		AND ($5::INT8 IS NULL OR e.completed_at < $5::INT8)))
+		AND (@keep_last::INT8 = 0 OR e.execution_id <= e.current_execution_id - @keep_last::INT8)
+		AND (@prune_completed_before::INT8 IS NULL OR e.completed_at < @prune_completed_before::INT8)))
 ) x
-WHERE p.tenant_id = $1 AND p.status = $2 AND p.instance_id > $3
+WHERE p.tenant_id = @tenant_id AND p.status = @status AND p.instance_id > @after_id
 ORDER BY p.status, p.instance_id LIMIT 10;
 
 -- PruneExecutionsBulk candidates: statuses
--- $1 = "shapes"
--- $2 = ""
--- $3 = ""
--- $4 = []string{"Completed", "Failed"}
--- $5 = 0
--- $6 = 5000
+-- @after_id = ""
+-- @after_status = ""
+-- @keep_last = 0
+-- @prune_completed_before = 5000
+-- @statuses = []string{"Completed", "Failed"}
+-- @tenant_id = "shapes"
 SELECT p.status, p.instance_id,
 	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
 FROM instance_prunable p
@@ -553,33 +553,32 @@ CROSS JOIN LATERAL (
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
 	WHERE (e.deleting OR (
 		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
-		AND ($5::INT8 = 0 OR e.execution_id <= e.current_execution_id - $5::INT8)
-		AND ($6::INT8 IS NULL OR e.completed_at < $6::INT8)))
+		AND (@keep_last::INT8 = 0 OR e.execution_id <= e.current_execution_id - @keep_last::INT8)
+		AND (@prune_completed_before::INT8 IS NULL OR e.completed_at < @prune_completed_before::INT8)))
 ) x
-WHERE p.tenant_id = $1 AND (p.status, p.instance_id) > ($2, $3) AND p.status = ANY($4::TEXT[])
+WHERE p.tenant_id = @tenant_id AND (p.status, p.instance_id) > (@after_status, @after_id) AND p.status = ANY(@statuses::TEXT[])
 ORDER BY p.status, p.instance_id LIMIT 10;
 
 -- PruneExecutionsBulk candidates: a filter on the instance
--- $1 = "shapes"
--- $2 = ""
--- $3 = ""
--- $4 = 0
--- $5 = NULL
--- $6 = "shapes"
--- $7 = "ord%"
--- $8 = "ord"
--- $9 = "ore"
+-- @after_id = ""
+-- @after_status = ""
+-- @keep_last = 0
+-- @name_prefix = "ord"
+-- @name_prefix_end = "ore"
+-- @name_prefix_like = "ord%"
+-- @prune_completed_before = NULL
+-- @tenant_id = "shapes"
 SELECT p.status, p.instance_id,
 	coalesce(x.execs, '{}'), coalesce(x.events, '{}'), coalesce(x.hidden, false)
 FROM instance_prunable p
 CROSS JOIN LATERAL (
 	SELECT 1 FROM instances i
 	WHERE i.instance_id = p.instance_id
-	AND i.tenant_id = $6
+	AND i.tenant_id = @tenant_id
 	AND NOT i.deleting
-	AND i.name LIKE $7 ESCAPE '\'
-	AND i.name >= $8
-	AND i.name < $9
+	AND i.name LIKE @name_prefix_like ESCAPE '\'
+	AND i.name >= @name_prefix
+	AND i.name < @name_prefix_end
 	OFFSET 0
 ) m
 CROSS JOIN LATERAL (
@@ -590,8 +589,102 @@ CROSS JOIN LATERAL (
 		WHERE e.tenant_id = p.tenant_id AND e.instance_id = p.instance_id) e
 	WHERE (e.deleting OR (
 		e.execution_id <> e.current_execution_id AND e.status <> 'Running'
-		AND ($4::INT8 = 0 OR e.execution_id <= e.current_execution_id - $4::INT8)
-		AND ($5::INT8 IS NULL OR e.completed_at < $5::INT8)))
+		AND (@keep_last::INT8 = 0 OR e.execution_id <= e.current_execution_id - @keep_last::INT8)
+		AND (@prune_completed_before::INT8 IS NULL OR e.completed_at < @prune_completed_before::INT8)))
 ) x
-WHERE p.tenant_id = $1 AND (p.status, p.instance_id) > ($2, $3)
+WHERE p.tenant_id = @tenant_id AND (p.status, p.instance_id) > (@after_status, @after_id)
 ORDER BY p.status, p.instance_id LIMIT 10;
+
+-- DeleteInstanceBulk candidates: any
+-- @after_completed_at = -9223372036854775808
+-- @after_id = ""
+-- @tenant_id = "shapes"
+SELECT i.completed_at, i.instance_id FROM instances i
+WHERE i.tenant_id = @tenant_id
+	AND i.parent_instance_id IS NULL
+	AND i.status IN ('Completed', 'Failed', 'Cancelled')
+	AND i.completed_at IS NOT NULL
+	AND (i.completed_at, i.instance_id) > (@after_completed_at, @after_id)
+ORDER BY i.completed_at, i.instance_id LIMIT 10;
+
+-- DeleteInstanceBulk candidates: completed before (retention)
+-- @after_completed_at = -9223372036854775808
+-- @after_id = ""
+-- @completed_before = 5000
+-- @created_before_bound = 5000
+-- @tenant_id = "shapes"
+SELECT i.completed_at, i.instance_id FROM instances i
+WHERE i.tenant_id = @tenant_id
+	AND i.completed_at < @completed_before
+	AND i.created_at < @created_before_bound
+	AND i.parent_instance_id IS NULL
+	AND i.status IN ('Completed', 'Failed', 'Cancelled')
+	AND i.completed_at IS NOT NULL
+	AND (i.completed_at, i.instance_id) > (@after_completed_at, @after_id)
+ORDER BY i.completed_at, i.instance_id LIMIT 10;
+
+-- DeleteInstanceBulk candidates: one status, a name prefix
+-- @after_completed_at = -9223372036854775808
+-- @after_id = ""
+-- @name_prefix = "ord"
+-- @name_prefix_end = "ore"
+-- @name_prefix_like = "ord%"
+-- @status = "Completed"
+-- @tenant_id = "shapes"
+SELECT i.completed_at, i.instance_id FROM instances i
+WHERE i.tenant_id = @tenant_id
+	AND i.status = @status
+	AND i.name LIKE @name_prefix_like ESCAPE '\'
+	AND i.name >= @name_prefix
+	AND i.name < @name_prefix_end
+	AND i.parent_instance_id IS NULL
+	AND i.status IN ('Completed', 'Failed', 'Cancelled')
+	AND i.completed_at IS NOT NULL
+	AND (i.completed_at, i.instance_id) > (@after_completed_at, @after_id)
+ORDER BY i.completed_at, i.instance_id LIMIT 10;
+
+-- ListAuditRecords: every tenant
+SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
+FROM audit_records WHERE true ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+
+-- ListAuditRecords: one tenant, an action, a time range
+-- @action = "DeleteInstance"
+-- @started_after = 1000
+-- @started_before = 3000
+-- @tenant_id = "shapes"
+SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
+FROM audit_records WHERE tenant_id = @tenant_id
+	AND action = @action
+	AND started_at >= @started_after
+	AND started_at < @started_before ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+
+-- ListAuditRecords: one tenant, after a position
+-- @after_record_id = "rec-0"
+-- @after_started_at = 2000
+-- @tenant_id = "shapes"
+SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
+FROM audit_records WHERE tenant_id = @tenant_id
+	AND (started_at, record_id) < (@after_started_at, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+
+-- ListAuditRecords: every tenant, after a position
+-- @after_record_id = "rec-1"
+-- @after_started_at = 2001
+-- @after_tenant_id = "shapes-other"
+SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
+FROM audit_records WHERE (started_at, tenant_id, record_id) < (@after_started_at, @after_tenant_id, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+
+-- ListJanitorRuns: every tenant
+SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
+WHERE true ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT 10;
+
+-- ListJanitorRuns: one tenant
+-- @tenant_id = "shapes"
+SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
+WHERE tenant_id = @tenant_id ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT 10;
+
+-- ListJanitorRuns: after a position
+-- @after_run_id = "a run id"
+-- @after_started_at = 1005
+-- @after_tenant_id = "shapes-other"
+SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
+WHERE (started_at, tenant_id, run_id) < (@after_started_at, @after_tenant_id, @after_run_id::UUID) ORDER BY started_at DESC, tenant_id DESC, run_id DESC LIMIT 10;

@@ -1,0 +1,86 @@
+-- The janitor's reads (what has expired, what deleting or pruning it would
+-- take), its runs, and the audit records of destructive operations.
+
+-- name: ExpiryByPolicy
+-- Terminal roots of one status that follow the tenant's policy (no
+-- retention of their own), completed before @completed_before, after the
+-- position (@after_completed_at, @after_id), from instances_expiry: its
+-- predicate is repeated so that both databases pick it.
+SELECT instance_id, name, status, completed_at, NULL::JSONB FROM instances
+WHERE tenant_id = @tenant_id AND status = @status AND completed_at IS NOT NULL
+	AND parent_instance_id IS NULL AND retention IS NULL
+	AND completed_at < @completed_before AND (completed_at, instance_id) > (@after_completed_at, @after_id)
+ORDER BY completed_at, instance_id LIMIT @limit;
+
+-- name: ExpiryByOverride
+-- Terminal roots with a retention of their own, of every status, from
+-- instances_expiry_override (its predicate repeated likewise).
+SELECT instance_id, name, status, completed_at, retention FROM instances
+WHERE tenant_id = @tenant_id AND completed_at IS NOT NULL
+	AND parent_instance_id IS NULL AND retention IS NOT NULL
+	AND completed_at < @completed_before AND (completed_at, instance_id) > (@after_completed_at, @after_id)
+ORDER BY completed_at, instance_id LIMIT @limit;
+
+-- name: SummarizeTrees
+-- Per root, what deleting its tree would remove, and whether every member
+-- is terminal (or half deleted).
+SELECT root_instance_id, count(*), sum(execution_count)::INT8, sum(event_count)::INT8,
+	bool_and(status IN ('Completed', 'Failed', 'Cancelled') OR deleting)
+FROM instances WHERE tenant_id = @tenant_id AND root_instance_id = ANY(@root_ids::TEXT[])
+GROUP BY root_instance_id;
+
+-- name: ListChainCandidates
+-- Instances with past executions (instance_prunable), by id.
+SELECT p.instance_id, i.root_instance_id, i.name, i.retention
+FROM instance_prunable p
+JOIN instances i ON i.tenant_id = p.tenant_id AND i.instance_id = p.instance_id
+WHERE p.tenant_id = @tenant_id AND p.instance_id > @after_id AND NOT i.deleting
+ORDER BY p.instance_id LIMIT @limit;
+
+-- name: CountPrunable
+-- What pruning @instance_ids would take: instances seen, instances with a
+-- prunable execution, executions, events. An execution is prunable by the
+-- rule of PruneCandidates (prune.sql).
+SELECT count(DISTINCT i.instance_id), count(DISTINCT e.instance_id), count(e.execution_id),
+	COALESCE(sum(e.event_count), 0)::INT8
+FROM instances i
+LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
+	AND (e.deleting OR (
+		e.execution_id <> i.current_execution_id AND e.status <> 'Running'
+		AND (@keep_last::INT8 = 0 OR e.execution_id <= i.current_execution_id - @keep_last::INT8)
+		AND (@completed_before::INT8 IS NULL OR e.completed_at < @completed_before::INT8)))
+WHERE i.tenant_id = @tenant_id AND i.instance_id = ANY(@instance_ids::TEXT[]) AND NOT i.deleting;
+
+-- name: StartJanitorRun
+INSERT INTO janitor_runs (tenant_id, started_at, result) VALUES (@tenant_id, @now, @result)
+RETURNING run_id::TEXT;
+
+-- name: FinishJanitorRun
+UPDATE janitor_runs SET finished_at = @now, result = @result
+WHERE tenant_id = @tenant_id AND run_id = @run_id::UUID;
+
+-- name: StartAudit
+-- A record that a crashed attempt left is kept as it is.
+INSERT INTO audit_records (tenant_id, record_id, actor, role, action, request, started_at)
+VALUES (@tenant_id, @record_id, @actor, @role, @action, @request, @started_at)
+ON CONFLICT (tenant_id, record_id) DO NOTHING;
+
+-- name: FinishAudit
+-- Adds the counts to the stored ones: an operation done in several calls
+-- records each call's share.
+UPDATE audit_records SET finished_at = @finished_at, error = @error, result = jsonb_build_object(
+	'instances', COALESCE((result->>'instances')::INT8, 0) + @instances::INT8,
+	'executions', COALESCE((result->>'executions')::INT8, 0) + @executions::INT8,
+	'events', COALESCE((result->>'events')::INT8, 0) + @events::INT8,
+	'rows', COALESCE((result->>'rows')::INT8, 0) + @rows::INT8,
+	'complete', @complete::BOOL)
+WHERE tenant_id = @tenant_id AND record_id = @record_id;
+
+-- name: PruneAuditRecords
+-- Up to @limit records of every tenant that started before @started_before,
+-- but those of the actions kept (@keep_actions).
+DELETE FROM audit_records WHERE (tenant_id, record_id) IN (
+	SELECT tenant_id, record_id FROM audit_records
+	WHERE started_at < @started_before AND NOT action = ANY(@keep_actions::TEXT[])
+	ORDER BY started_at LIMIT @limit)
+	AND started_at < @started_before;
