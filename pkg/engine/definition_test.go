@@ -139,6 +139,71 @@ func TestParseDefinitionReportsEveryErrorByPath(t *testing.T) {
 	}
 }
 
+// TestParseDefinitionRejectsUnknownFields checks that a typo is reported with its path
+// at every level of the language, in YAML and in JSON alike.
+func TestParseDefinitionRejectsUnknownFields(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct{ yaml, json, path string }{
+		"definition": {
+			yaml: "name: a\nversion: 1\nstep: []\nsteps: [ { return: 1 } ]\n",
+			json: `{"name":"a","version":1,"step":[],"steps":[{"return":1}]}`,
+			path: "step",
+		},
+		"step": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - return: 1\n    continue_on_eror: true\n",
+			json: `{"name":"a","version":1,"steps":[{"return":1,"continue_on_eror":true}]}`,
+			path: "steps[0].continue_on_eror",
+		},
+		"retry": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - set: { x: 1 }\n  - timer: 1s\n  - wait_event: { name: e }\n  - activity: { name: x, task_queue: q, retry: { max_atempts: 3 } }\n",
+			json: `{"name":"a","version":1,"steps":[{"set":{"x":1}},{"timer":"1s"},{"wait_event":{"name":"e"}},{"activity":{"name":"x","task_queue":"q","retry":{"max_atempts":3}}}]}`,
+			path: "steps[3].activity.retry.max_atempts",
+		},
+		"wait_event": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - wait_event: { name: e, timout: 1s }\n",
+			json: `{"name":"a","version":1,"steps":[{"wait_event":{"name":"e","timout":"1s"}}]}`,
+			path: "steps[0].wait_event.timout",
+		},
+		"sub_orchestration": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - sub_orchestration: { name: c, inptu: 1 }\n",
+			json: `{"name":"a","version":1,"steps":[{"sub_orchestration":{"name":"c","inptu":1}}]}`,
+			path: "steps[0].sub_orchestration.inptu",
+		},
+		"for_each in a parallel": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - parallel:\n      - for_each: { items: [1], step: [], steps: [ { return: 1 } ] }\n",
+			json: `{"name":"a","version":1,"steps":[{"parallel":[{"for_each":{"items":[1],"step":[],"steps":[{"return":1}]}}]}]}`,
+			path: "steps[0].parallel[0].for_each.step",
+		},
+		"continue_as_new": {
+			yaml: "name: a\nversion: 1\nsteps:\n  - continue_as_new: { input: 1, inputs: 2 }\n",
+			json: `{"name":"a","version":1,"steps":[{"continue_as_new":{"input":1,"inputs":2}}]}`,
+			path: "steps[0].continue_as_new.inputs",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, doc := range []string{tc.yaml, tc.json} {
+				require.Equal(t, []FieldError{{Path: tc.path, Reason: "unknown field"}}, validationErrors(t, doc), doc)
+			}
+		})
+	}
+}
+
+// TestParseDefinitionNeedsStepLists checks that steps, branches and for_each bodies are
+// lists of steps: null is not an empty list.
+func TestParseDefinitionNeedsStepLists(t *testing.T) {
+	t.Parallel()
+	for doc, path := range map[string]string{
+		"name: a\nversion: 1\nsteps:\n":                                            "steps",
+		"name: a\nversion: 1\nsteps: { return: 1 }\n":                              "steps",
+		"name: a\nversion: 1\nsteps:\n  - parallel:\n":                             "steps[0].parallel",
+		"name: a\nversion: 1\nsteps:\n  - for_each: { items: [1], steps: null }\n": "steps[0].for_each.steps",
+	} {
+		require.Equal(t, []FieldError{{Path: path, Reason: "must be a list of steps"}}, validationErrors(t, doc), doc)
+	}
+}
+
 func TestParseDefinitionRejectsBadExpressions(t *testing.T) {
 	t.Parallel()
 	cases := map[string]struct{ doc, path, reason string }{
@@ -199,6 +264,19 @@ func TestParseDefinitionLimits(t *testing.T) {
 		}
 		errs := validationErrors(t, b.String())
 		require.Equal(t, []FieldError{{Path: fmt.Sprintf("steps[%d]", MaxSteps), Reason: fmt.Sprintf("more than %d steps in the definition", MaxSteps)}}, errs)
+	})
+	t.Run("ten thousand levels", func(t *testing.T) {
+		t.Parallel()
+		deep := map[string]string{
+			"yaml":  "name: a\nversion: 1\nsteps:\n  - return: " + strings.Repeat("[", 10_000) + strings.Repeat("]", 10_000) + "\n",
+			"json":  `{"name":"a","version":1,"steps":[{"return":` + strings.Repeat(`{"a":`, 10_000) + "1" + strings.Repeat("}", 10_000) + `}]}`,
+			"steps": "name: a\nversion: 1\nsteps:\n  - " + strings.Repeat("parallel: [ { ", 10_000) + "return: 1" + strings.Repeat(" } ]", 10_000) + "\n",
+		}
+		for format, doc := range deep {
+			errs := validationErrors(t, doc)
+			require.Len(t, errs, 1, format)
+			require.Regexp(t, `^not a YAML or JSON document: .*(nested more than 100 levels|exceeded max depth)`, errs[0].Reason, format)
+		}
 	})
 	t.Run("size", func(t *testing.T) {
 		t.Parallel()
