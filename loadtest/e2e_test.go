@@ -1,13 +1,6 @@
 package loadtest
 
 import (
-	"context"
-	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,11 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
-	"github.com/orchardhq/orchard/services/api"
-	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -32,34 +23,9 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // figure is asserted: only that the pieces meet.
 func TestRunAgainstAnInProcessServer(t *testing.T) {
 	t.Parallel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	pool := testdb.Pool(t, 20)
-	st := crdb.New(pool, crdb.Options{Logger: quiet})
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	const issuer, audience = "https://loadtest.test", "orchard-api"
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience})
-	require.NoError(t, err)
-	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
-	})
-	require.NoError(t, err)
-	a, err := api.New(api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet, MaxPoll: 20 * time.Millisecond})
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(a.Handler())
-	srv.Config.Protocols = api.Protocols()
-	srv.Start()
-	t.Cleanup(srv.Close)
-	d, err := dispatcher.New(dispatcher.Config{Store: st, Logger: quiet, MaxPoll: 10 * time.Millisecond, Loops: 2})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	admin, err := minter.Mint(tenancy.Claims{Subject: "loadtest-admin", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}}, time.Hour)
-	require.NoError(t, err)
+	quiet := testsystem.Quiet()
+	s := testsystem.New(t, testsystem.Options{Dispatchers: 1})
+	admin := s.Token(t, "", tenancy.RolePlatformAdmin)
 
 	plan, err := ParsePlan([]byte(`
 name: e2e
@@ -81,7 +47,7 @@ tenants:
 	// (the tenants and definitions are reused) until a run completes some.
 	var rep *Report
 	testwait.Until(t, 3*time.Minute, "a run that completes orchestrations", func() bool {
-		rep, err = Run(t.Context(), Config{API: srv.URL, AdminToken: admin, Plan: plan, CPUPids: []int{os.Getpid()}, Logger: quiet})
+		rep, err = Run(t.Context(), Config{API: s.URL, AdminToken: admin, Plan: plan, CPUPids: []int{os.Getpid()}, Logger: quiet})
 		require.NoError(t, err)
 		return rep.Total.Completed > 0
 	})

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testsystem"
 )
 
 // TestCLITour is the README's tour as a script, from nothing: it builds
@@ -135,10 +137,10 @@ steps:
     activity: { name: ship, task_queue: warehouse, input: { order: "${ input.order }" } }
   - return: ${ steps.ship.output.tracking }
 `), 0o644))
-	counter := filepath.Join(defs, "counter.yaml")
-	require.NoError(t, os.WriteFile(counter, []byte(counterDef), 0o644))
+	loop := filepath.Join(defs, "loop.yaml")
+	require.NoError(t, os.WriteFile(loop, []byte(testsystem.LoopDef), 0o644))
 	require.Equal(t, "registered tour-ship version 1\n", ok(tenantAdmin, "definition", "register", ship))
-	require.Equal(t, "registered counter version 1\n", ok(tenantAdmin, "definition", "register", counter))
+	require.Equal(t, "registered loop version 1\n", ok(tenantAdmin, "definition", "register", loop))
 	require.Contains(t, ok(tenantAdmin, "definition", "list"), "tour-ship")
 
 	// Start and wait.
@@ -168,7 +170,7 @@ steps:
 	require.Equal(t, 3, code, "the child went with its root: %s", stderr)
 
 	// Prune a continue-as-new chain (no retention: all four executions kept).
-	got = ok(client, "start", "counter", "--id", "chain", "--input", `{"n": 0}`, "--wait")
+	got = ok(client, "start", "loop", "--id", "chain", "--input", `{"n": 0}`, "--wait")
 	require.Contains(t, got, "Execution:  4 (4 kept")
 	require.Equal(t, 5, strings.Count(ok(client, "instance", "executions", "chain"), "\n"), "the header and four executions")
 	require.Equal(t, "pruned chain: 3 executions, 6 events\n", ok(client, "instance", "prune", "chain", "--keep-last", "1", "--completed-before", "0s"))

@@ -1,19 +1,14 @@
 package main
 
-// Tests of the client verbs against the real system: the API server
-// (services/api) on loopback with a dispatcher and a database from
-// internal/testdb. Golden files hold their table and JSON output, with
+// Tests of the client verbs against the real system (internal/testsystem):
+// the API server on loopback with a dispatcher and a fresh database. Golden files hold their table and JSON output, with
 // times normalised; `go test ./cmd/orchard -run TestCLIGolden -update`
 // rewrites them.
 
 import (
-	"context"
-	"crypto"
 	"errors"
 	"flag"
 	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,59 +18,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
-	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
-	"github.com/orchardhq/orchard/services/api"
-	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of the CLI tests")
 
 const cliTenant = "acme"
 
-// Definitions of the CLI tests: none runs an activity, so no worker is
-// needed.
-const (
-	greetDef = `
-name: greet
-version: "1"
-steps:
-  - id: hello
-    set: { greeting: "${ 'hello ' + input.name }" }
-  - return: ${ steps.hello.output.greeting }
-`
-	waitDef = `
-name: wait
-version: "1"
-steps:
-  - id: ev
-    wait_event: { name: go }
-  - return: ${ steps.ev.output }
-`
-	treeDef = `
-name: tree
-version: "1"
-steps:
-  - id: child
-    sub_orchestration: { name: wait, instance_id: "${ instance.id + '-child' }" }
-  - return: ${ steps.child.output }
-`
-	counterDef = `
-name: counter
-version: "1"
-steps:
-  - if: ${ input.n >= 3 }
-    return: ${ input.n }
-  - continue_as_new:
-      input:
-        n: ${ input.n + 1 }
-`
-)
-
-// cliSystem is a database, the API on loopback and a dispatcher, with
+// cliSystem is the system (internal/testsystem) with a dispatcher, and
 // tokens of the tenant acme.
 type cliSystem struct {
 	url                                  string
@@ -86,54 +38,22 @@ type cliSystem struct {
 
 func newCLISystem(t *testing.T) *cliSystem {
 	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	pool := testdb.Pool(t, 20)
-	st := crdb.New(pool, crdb.Options{Logger: quiet})
 	privPEM, _, err := tenancy.GenerateKeyPairPEM()
 	require.NoError(t, err)
 	keyFile := filepath.Join(t.TempDir(), "signing-key.pem")
 	require.NoError(t, os.WriteFile(keyFile, privPEM, 0o600))
 	priv, err := tenancy.ParsePrivateKeyPEM(privPEM)
 	require.NoError(t, err)
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: cliIssuer, Audience: cliAudience})
-	require.NoError(t, err)
-	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: cliIssuer, Audience: cliAudience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
-	})
-	require.NoError(t, err)
-	a, err := api.New(api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet, MaxPoll: 20 * time.Millisecond})
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(a.Handler())
-	srv.Config.Protocols = api.Protocols()
-	srv.Start()
-	t.Cleanup(srv.Close)
-	require.NoError(t, st.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: cliTenant}))
-
-	d, err := dispatcher.New(dispatcher.Config{Store: st, Logger: quiet, MaxPoll: 10 * time.Millisecond, Loops: 2})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	mint := func(tenant string, roles ...tenancy.Role) string {
-		tok, err := minter.Mint(tenancy.Claims{Tenant: tenant, Subject: "cli-test", Roles: roles}, time.Hour)
-		require.NoError(t, err)
-		return tok
-	}
+	s := testsystem.New(t, testsystem.Options{Key: priv, Dispatchers: 1, Tenants: []string{cliTenant}})
 	return &cliSystem{
-		url:         srv.URL,
-		client:      mint(cliTenant, tenancy.RoleClient),
-		tenantAdmin: mint(cliTenant, tenancy.RoleTenantAdmin, tenancy.RoleClient),
-		platform:    mint("", tenancy.RolePlatformAdmin),
-		other:       mint(cliTenant, tenancy.RoleWorker),
+		url:         s.URL,
+		client:      s.Token(t, cliTenant, tenancy.RoleClient),
+		tenantAdmin: s.Token(t, cliTenant, tenancy.RoleTenantAdmin, tenancy.RoleClient),
+		platform:    s.Token(t, "", tenancy.RolePlatformAdmin),
+		other:       s.Token(t, cliTenant, tenancy.RoleWorker),
 		keyFile:     keyFile,
 	}
 }
-
-// The token issuer and audience of the CLI tests' API.
-const cliIssuer, cliAudience = "https://orchard.test", "orchard"
 
 // A fresh deployment's first platform-admin token comes from the signing key,
 // without the API; the API accepts it.
@@ -145,10 +65,10 @@ func TestCLIMintsOfflineFromTheSigningKey(t *testing.T) {
 	require.Contains(t, r.err.Error(), "--jwt-issuer and --jwt-audience")
 
 	admin := strings.TrimSpace(s.ok(t, "", "token", "mint", "--key-file", s.keyFile,
-		"--jwt-issuer", cliIssuer, "--jwt-audience", cliAudience, "--role", "platform-admin", "--ttl", "1h"))
+		"--jwt-issuer", testsystem.Issuer, "--jwt-audience", testsystem.Audience, "--role", "platform-admin", "--ttl", "1h"))
 	require.Contains(t, s.ok(t, admin, "tenant", "list"), cliTenant)
 	client := strings.TrimSpace(s.ok(t, "", "token", "mint", "--key-file", s.keyFile,
-		"--jwt-issuer", cliIssuer, "--jwt-audience", cliAudience, "--tenant", cliTenant, "--role", "client"))
+		"--jwt-issuer", testsystem.Issuer, "--jwt-audience", testsystem.Audience, "--tenant", cliTenant, "--role", "client"))
 	require.Contains(t, s.ok(t, client, "instances", "count"), "Total")
 }
 
@@ -241,11 +161,11 @@ func golden(t *testing.T, name, got string) {
 func TestCLIGolden(t *testing.T) {
 	t.Parallel()
 	s := newCLISystem(t)
-	s.register(t, greetDef, waitDef, treeDef)
+	s.register(t, testsystem.GreetDef, testsystem.WaiterDef, testsystem.ParentDef)
 
 	require.Equal(t, "greet-1\n", s.ok(t, s.client, "start", "greet", "--id", "greet-1", "--input", `{"name":"world"}`, "--tag", "team=cli"))
 	golden(t, "start_wait", s.ok(t, s.client, "start", "greet", "--id", "greet-2", "--input", `{"name":"orchard"}`, "--retention", "30d", "--wait"))
-	s.ok(t, s.client, "start", "tree", "--id", "t")
+	s.ok(t, s.client, "start", "parent", "--id", "t")
 	eventuallyCLI(t, "the child to start", func() bool {
 		return strings.Contains(s.ok(t, s.client, "instance", "tree", "t"), "t-child")
 	})
@@ -316,9 +236,9 @@ func TestCLIGolden(t *testing.T) {
 func TestCLIPruneAndEvents(t *testing.T) {
 	t.Parallel()
 	s := newCLISystem(t)
-	s.register(t, counterDef, waitDef)
+	s.register(t, testsystem.LoopDef, testsystem.WaiterDef)
 
-	out := s.ok(t, s.client, "start", "counter", "--id", "chain", "--input", `{"n": 0}`, "--wait", "-o", "json")
+	out := s.ok(t, s.client, "start", "loop", "--id", "chain", "--input", `{"n": 0}`, "--wait", "-o", "json")
 	require.Contains(t, out, `"currentExecutionId": 4`)
 	golden(t, "instance_executions", s.ok(t, s.client, "instance", "executions", "chain"))
 	r := s.run(t, s.client, "instance", "prune", "chain")
@@ -332,28 +252,28 @@ func TestCLIPruneAndEvents(t *testing.T) {
 
 	// By filter: "chain" has one execution left (not examined), "chain-4"
 	// has four (two pruned), "chain-2" two (both kept).
-	s.ok(t, s.client, "start", "counter", "--id", "chain-4", "--input", `{"n": 0}`, "--wait")
-	s.ok(t, s.client, "start", "counter", "--id", "chain-2", "--input", `{"n": 2}`, "--wait")
+	s.ok(t, s.client, "start", "loop", "--id", "chain-4", "--input", `{"n": 0}`, "--wait")
+	s.ok(t, s.client, "start", "loop", "--id", "chain-2", "--input", `{"n": 2}`, "--wait")
 	require.Equal(t, 2, s.run(t, s.client, "instances", "prune", "--id-prefix", "chain").code, "prune needs a criterion")
 	require.Equal(t, 2, s.run(t, s.client, "instances", "prune", "--keep-last", "2").code, "prune needs a filter or --all")
 	require.Equal(t, "2 instances examined, 1 pruned: 2 executions, 4 events\n",
 		s.ok(t, s.client, "instances", "prune", "--id-prefix", "chain", "--keep-last", "2"))
 	require.Contains(t, s.ok(t, s.client, "instances", "prune", "--all", "--keep-last", "1", "-o", "json"), `"instancesPruned": 2`)
 
-	s.ok(t, s.client, "start", "wait", "--id", "w")
+	s.ok(t, s.client, "start", "waiter", "--id", "w")
 	require.Equal(t, "raised go on w\n", s.ok(t, s.client, "event", "raise", "w", "go", "--payload", `{"ok": true}`))
 	eventuallyCLI(t, "w to complete", func() bool {
 		return strings.Contains(s.ok(t, s.client, "instance", "get", "w", "-o", "json"), `"status": "Completed"`)
 	})
 	require.Contains(t, s.ok(t, s.client, "instance", "get", "w"), `{"ok":true}`)
 
-	s.ok(t, s.client, "start", "wait", "--id", "c")
+	s.ok(t, s.client, "start", "waiter", "--id", "c")
 	require.Equal(t, "cancel requested for c\n", s.ok(t, s.client, "cancel", "c", "--reason", "not needed"))
 	eventuallyCLI(t, "c to be cancelled", func() bool {
 		return strings.Contains(s.ok(t, s.client, "instance", "get", "c"), "not needed")
 	})
 
-	r = s.run(t, s.client, "start", "counter", "--id", "bad", "--input", `{"n": "x"}`, "--wait")
+	r = s.run(t, s.client, "start", "loop", "--id", "bad", "--input", `{"n": "x"}`, "--wait")
 	require.Equal(t, 1, r.code, "--wait exits 1 when the instance fails")
 	require.Contains(t, r.stdout, "Failed")
 	require.ErrorContains(t, r.err, "instance bad ended Failed")
@@ -389,8 +309,8 @@ func TestCLITenantsAndTokens(t *testing.T) {
 func TestCLIExitCodes(t *testing.T) {
 	t.Parallel()
 	s := newCLISystem(t)
-	s.register(t, waitDef, treeDef)
-	s.ok(t, s.client, "start", "tree", "--id", "p")
+	s.register(t, testsystem.WaiterDef, testsystem.ParentDef)
+	s.ok(t, s.client, "start", "parent", "--id", "p")
 	eventuallyCLI(t, "the child to start", func() bool {
 		return s.run(t, s.client, "instance", "get", "p-child").code == 0
 	})
@@ -408,10 +328,10 @@ func TestCLIExitCodes(t *testing.T) {
 		{"bad time", s.client, []string{"instances", "list", "--created-after", "yesterday"}, 2, "invalid time"},
 		{"bad status", s.client, []string{"instances", "list", "--status", "sleeping"}, 2, "unknown status"},
 		{"bad output", s.client, []string{"instances", "list", "-o", "xml"}, 2, "--output must be table, json, jsonl or yaml"},
-		{"bad input", s.client, []string{"start", "wait", "--input", "{"}, 2, "--input is not valid JSON"},
+		{"bad input", s.client, []string{"start", "waiter", "--input", "{"}, 2, "--input is not valid JSON"},
 		{"no filter", s.client, []string{"instances", "delete"}, 2, "at least one filter"},
 		{"missing file", s.tenantAdmin, []string{"definition", "register", "/no/such/file.yaml"}, 2, "no such file"},
-		{"invalid id (API)", s.client, []string{"start", "wait", "--id", "not an id"}, 2, "instance_id"},
+		{"invalid id (API)", s.client, []string{"start", "waiter", "--id", "not an id"}, 2, "instance_id"},
 		{"invalid definition (API)", s.tenantAdmin, []string{"definition", "register", "testdata/invalid_definition.yaml"}, 2, "document.steps"},
 		{"not found", s.client, []string{"instance", "get", "nope"}, 3, `not found: instance "nope"`},
 		{"definition not found", s.client, []string{"start", "nope"}, 3, "not found"},

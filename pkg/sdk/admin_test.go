@@ -7,19 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
 func (s *system) adminClient() *sdk.AdminClient {
 	s.t.Helper()
-	tok, err := s.minter.Mint(tenancy.Claims{Subject: "sdk-admin", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}}, time.Hour)
-	require.NoError(s.t, err)
-	return sdk.NewAdminClient(s.url, sdk.WithToken(tok), sdk.WithRetryPolicy(fastRetries))
+	return sdk.NewAdminClient(s.URL, sdk.WithToken(s.Token(s.t, "", tenancy.RolePlatformAdmin)), sdk.WithRetryPolicy(fastRetries))
 }
 
 func (s *system) tenantClient() *sdk.TenantClient {
-	return sdk.NewTenantClient(s.url, sdk.WithToken(s.token(tenancy.RoleTenantAdmin)), sdk.WithRetryPolicy(fastRetries))
+	return sdk.NewTenantClient(s.URL, sdk.WithToken(s.token(tenancy.RoleTenantAdmin)), sdk.WithRetryPolicy(fastRetries))
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -27,7 +26,6 @@ func ptr[T any](v T) *T { return &v }
 func TestSystemTenantClient(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
 	tc := s.tenantClient()
 	ctx := t.Context()
 
@@ -57,7 +55,7 @@ func TestSystemTenantClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, limits.RequestsPerSecond, "defaults filled in")
 
-	s.register(s.client(tenancy.RoleTenantAdmin), waiterDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.WaiterDef)
 	_, err = s.client(tenancy.RoleClient).Start(ctx, "waiter", nil, sdk.WithInstanceID("u"))
 	require.NoError(t, err)
 	u, err := tc.Usage(ctx)
@@ -66,14 +64,13 @@ func TestSystemTenantClient(t *testing.T) {
 	require.Equal(t, int64(1), u.Instances.ByStatus[sdk.StatusRunning])
 	require.Equal(t, int64(1), u.Executions)
 
-	_, err = sdk.NewTenantClient(s.url, sdk.WithToken(s.token(tenancy.RoleClient))).Limits(ctx)
+	_, err = sdk.NewTenantClient(s.URL, sdk.WithToken(s.token(tenancy.RoleClient))).Limits(ctx)
 	require.ErrorIs(t, err, sdk.ErrPermissionDenied, "the tenant-admin role is needed")
 }
 
 func TestSystemAdminClient(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
 	ac := s.adminClient()
 	ctx := t.Context()
 
@@ -116,7 +113,7 @@ func TestSystemAdminClient(t *testing.T) {
 	tok, err := ac.MintToken(ctx, tenant, []sdk.Role{sdk.RoleClient, sdk.RoleTenantAdmin}, time.Hour, sdk.WithSubject("ci"))
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), tok.ExpiresAt, time.Minute)
-	c := sdk.NewClient(s.url, sdk.WithToken(tok.Token))
+	c := sdk.NewClient(s.URL, sdk.WithToken(tok.Token))
 	_, err = c.Get(ctx, "nothing")
 	require.ErrorIs(t, err, sdk.ErrNotFound, "the minted token is accepted")
 	_, err = ac.MintToken(ctx, tenant, []sdk.Role{"root"}, time.Hour)
@@ -132,6 +129,6 @@ func TestSystemAdminClient(t *testing.T) {
 	}
 	require.Equal(t, []string{tenant, "globex"}, usage)
 
-	_, err = sdk.NewAdminClient(s.url, sdk.WithToken(s.token(tenancy.RoleTenantAdmin))).GetTenant(ctx, tenant)
+	_, err = sdk.NewAdminClient(s.URL, sdk.WithToken(s.token(tenancy.RoleTenantAdmin))).GetTenant(ctx, tenant)
 	require.ErrorIs(t, err, sdk.ErrPermissionDenied, "a tenant token cannot run the platform")
 }

@@ -5,13 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/janitor"
@@ -19,21 +18,23 @@ import (
 
 // withJanitor runs a janitor beside the system's API and dispatcher, its
 // River tables in the same database, and gives the API its queue.
-func withJanitor(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *api.Config) {
-	_, err := janitor.Migrate(t.Context(), pool, "")
-	require.NoError(t, err)
-	j, err := janitor.New(janitor.Config{
-		Store: st, RiverPool: pool, Interval: time.Hour, Logger: quiet(), Unpaced: true,
-		PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	require.NoError(t, j.Start(context.WithoutCancel(t.Context())))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = j.Stop(ctx)
-	})
-	cfg.Janitor, cfg.EraseGrace = j.Queue(), time.Nanosecond
+func withJanitor(t *testing.T) systemOption {
+	return func(s *testsystem.System, cfg *api.Config) {
+		_, err := janitor.Migrate(t.Context(), s.Pool, "")
+		require.NoError(t, err)
+		j, err := janitor.New(janitor.Config{
+			Store: s.Store, RiverPool: s.Pool, Interval: time.Hour, Logger: quiet(), Unpaced: true,
+			PollInterval: 20 * time.Millisecond, OperationPoll: 20 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		require.NoError(t, j.Start(context.WithoutCancel(t.Context())))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = j.Stop(ctx)
+		})
+		cfg.Janitor, cfg.EraseGrace = j.Queue(), time.Nanosecond
+	}
 }
 
 // TestSystemJanitor drives the janitor through the public API: a graceful
@@ -41,11 +42,10 @@ func withJanitor(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *api.Conf
 // deletes what it said, the audit log of each, and a tenant's erasure.
 func TestSystemJanitor(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, withJanitor)
-	s.serve()
+	s := newSystem(t, withJanitor(t))
 	ctx := t.Context()
 	c := s.client(tenancy.RoleClient)
-	s.register(s.client(tenancy.RoleTenantAdmin), waiterDef, parentDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.WaiterDef, testsystem.ParentDef)
 
 	// A running parent waits for its running child.
 	_, err := c.Start(ctx, "parent", nil, sdk.WithInstanceID("tree"))
@@ -148,7 +148,7 @@ func TestSystemJanitor(t *testing.T) {
 		rec := actions[store.AuditRetention]
 		return rec != nil && !rec.FinishedAt.IsZero()
 	})
-	require.Equal(t, "sdk-test", actions[store.AuditGracefulDelete].Actor, "the token's subject")
+	require.Equal(t, "test", actions[store.AuditGracefulDelete].Actor, "the token's subject")
 	require.Equal(t, int64(2), actions[store.AuditGracefulDelete].Instances)
 	require.Equal(t, store.ActorJanitor, actions[store.AuditRetention].Actor)
 	var refused *sdk.AuditRecord

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/sdk"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 )
@@ -47,21 +46,20 @@ func TestDatabaseRestartUnderAWorker(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewRestartable(t)
 	var requests syncBuffer
-	s := newSystemOn(t, db.Pool(20), func(_ *testing.T, _ *pgxpool.Pool, _ *crdb.Store, cfg *api.Config) {
+	s := newSystemWith(t, testsystem.Options{Pool: db.Pool(20)}, func(_ *testsystem.System, cfg *api.Config) {
 		// The request log: one line per call, with its code.
 		cfg.Logger = slog.New(slog.NewTextHandler(&requests, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	s.serve()
 	patient := sdk.RetryPolicy{MaxAttempts: 1000, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
-	admin := sdk.NewClient(s.url, sdk.WithToken(s.token(tenancy.RoleTenantAdmin)), sdk.WithRetryPolicy(patient))
-	s.register(admin, echoDef)
+	admin := sdk.NewClient(s.URL, sdk.WithToken(s.token(tenancy.RoleTenantAdmin)), sdk.WithRetryPolicy(patient))
+	s.register(admin, testsystem.EchoDef)
 
 	const n = 20
 	var mu sync.Mutex
 	runs := map[string]int{}
 	inHand := make(chan struct{}, n)
 	release := make(chan struct{})
-	worker := sdk.NewWorker(sdk.NewClient(s.url, sdk.WithToken(s.token(tenancy.RoleWorker)), sdk.WithRetryPolicy(patient)), "q",
+	worker := sdk.NewWorker(sdk.NewClient(s.URL, sdk.WithToken(s.token(tenancy.RoleWorker)), sdk.WithRetryPolicy(patient)), "q",
 		sdk.WithLogger(quiet()), sdk.WithPollWait(time.Second), sdk.WithConcurrency(n), sdk.WithLeaseDuration(time.Minute))
 	sdk.Register(worker, "work", func(ctx context.Context, in string) (string, error) {
 		mu.Lock()
@@ -77,7 +75,7 @@ func TestDatabaseRestartUnderAWorker(t *testing.T) {
 	})
 	startWorker(t, worker)
 
-	c := sdk.NewClient(s.url, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithRetryPolicy(patient))
+	c := sdk.NewClient(s.URL, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithRetryPolicy(patient))
 	ctx := t.Context()
 	for i := range n {
 		_, err := c.Start(ctx, "echo", fmt.Sprintf("i-%02d", i), sdk.WithInstanceID(fmt.Sprintf("i-%02d", i)))

@@ -1,176 +1,66 @@
 package sdk_test
 
-// Tests against the real system: the API server (services/api) on
-// loopback, a dispatcher, and a database from internal/testdb, with tokens
-// from a tenancy.Minter. Only the tests import these; the SDK itself
-// depends on the generated API alone.
+// Tests against the real system (internal/testsystem): the API server on
+// loopback, a dispatcher and a fresh database. Only the tests import these;
+// the SDK itself depends on the generated API alone.
 
 import (
 	"context"
-	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/sdk"
-	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
-	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-const (
-	issuer   = "https://orchard.test"
-	audience = "orchard-api"
-	tenant   = "acme"
-)
+const tenant = "acme"
 
-// Definitions of the system tests.
-const (
-	// echoDef runs one activity and returns its output.
-	echoDef = `
-name: echo
-version: "1"
-steps:
-  - id: work
-    activity: { name: work, task_queue: q, input: "${ input }" }
-  - return: ${ steps.work.output }
-`
-	// waiterDef waits for the event "go" and returns its payload.
-	waiterDef = `
-name: waiter
-version: "1"
-steps:
-  - id: ev
-    wait_event: { name: go }
-  - return: ${ steps.ev.output }
-`
-	// parentDef runs a waiter as its child.
-	parentDef = `
-name: parent
-version: "1"
-steps:
-  - id: child
-    sub_orchestration: { name: waiter, instance_id: "${ instance.id + '-child' }" }
-  - return: ${ steps.child.output }
-`
-	// loopDef continues as new until n reaches 3.
-	loopDef = `
-name: loop
-version: "1"
-steps:
-  - if: ${ input.n >= 3 }
-    return: ${ input.n }
-  - continue_as_new:
-      input:
-        n: ${ input.n + 1 }
-`
-	// raceDef races an activity against an event, which the test raises
-	// once the activity's handler runs (a timer would race the worker's
-	// poll on a loaded machine): the event wins and the activity is
-	// cancelled.
-	raceDef = `
-name: race
-version: "1"
-steps:
-  - id: r
-    race:
-      - id: slow
-        activity: { name: block, task_queue: race }
-      - id: deadline
-        wait_event: { name: stop }
-  - return: ${ steps.r.output.id }
-`
-)
-
-// system is a database, the API on loopback and a dispatcher.
+// system is the system (internal/testsystem) with one dispatcher and the
+// tenant acme.
 type system struct {
-	t      *testing.T
-	url    string
-	store  *crdb.Store
-	minter *tenancy.Minter
-	// handler serves the API; tests that stop and start the server mount
-	// it themselves.
-	handler http.Handler
+	*testsystem.System
+	t *testing.T
 }
 
 // systemOption adds to a system before its API starts.
-type systemOption func(t *testing.T, pool *pgxpool.Pool, st *crdb.Store, cfg *api.Config)
+type systemOption = func(s *testsystem.System, cfg *api.Config)
 
 func newSystem(t *testing.T, opts ...systemOption) *system {
 	t.Helper()
-	return newSystemOn(t, testdb.Pool(t, 20), opts...)
+	return newSystemWith(t, testsystem.Options{}, opts...)
 }
 
-// newSystemOn is newSystem on a database the test chose.
-func newSystemOn(t *testing.T, pool *pgxpool.Pool, opts ...systemOption) *system {
+// newSystemWith is newSystem with options of the test's choosing.
+func newSystemWith(t *testing.T, o testsystem.Options, opts ...systemOption) *system {
 	t.Helper()
-	st := crdb.New(pool, crdb.Options{Logger: quiet()})
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience})
-	require.NoError(t, err)
-	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
-	})
-	require.NoError(t, err)
-	cfg := api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond}
-	for _, o := range opts {
-		o(t, pool, st, &cfg)
+	o.Dispatchers, o.Tenants = 1, []string{tenant}
+	o.Configure = func(s *testsystem.System, cfg *api.Config) {
+		for _, f := range opts {
+			f(s, cfg)
+		}
 	}
-	a, err := api.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Stop(ctx)
-	})
-	require.NoError(t, st.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: tenant}))
-
-	d, err := dispatcher.New(dispatcher.Config{Store: st, Logger: quiet(), MaxPoll: 10 * time.Millisecond, Loops: 2})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	return &system{t: t, store: st, minter: minter, handler: a.Handler()}
-}
-
-// serve serves the API on loopback.
-func (s *system) serve() {
-	s.t.Helper()
-	srv := httptest.NewUnstartedServer(s.handler)
-	srv.Config.Protocols = api.Protocols()
-	srv.Start()
-	s.t.Cleanup(srv.Close)
-	s.url = srv.URL
+	return &system{System: testsystem.New(t, o), t: t}
 }
 
 func (s *system) token(roles ...tenancy.Role) string {
 	s.t.Helper()
-	tok, err := s.minter.Mint(tenancy.Claims{Tenant: tenant, Subject: "sdk-test", Roles: roles}, time.Hour)
-	require.NoError(s.t, err)
-	return tok
+	return s.Token(s.t, tenant, roles...)
 }
 
 func (s *system) client(roles ...tenancy.Role) *sdk.Client {
-	return sdk.NewClient(s.url, sdk.WithToken(s.token(roles...)), sdk.WithRetryPolicy(fastRetries))
+	return sdk.NewClient(s.URL, sdk.WithToken(s.token(roles...)), sdk.WithRetryPolicy(fastRetries))
 }
 
 // worker runs an SDK worker of the task queue until the test ends.
@@ -204,14 +94,13 @@ func waitEnd(t *testing.T, c *sdk.Client, id string) *sdk.Instance {
 func TestSystemDefinitions(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
 	admin := s.client(tenancy.RoleTenantAdmin)
 	ctx := t.Context()
 
-	reg, err := admin.RegisterDefinition(ctx, []byte(echoDef))
+	reg, err := admin.RegisterDefinition(ctx, []byte(testsystem.EchoDef))
 	require.NoError(t, err)
 	require.Equal(t, sdk.Registration{Name: "echo", Version: "1", Created: true}, *reg)
-	reg, err = admin.RegisterDefinition(ctx, []byte(echoDef))
+	reg, err = admin.RegisterDefinition(ctx, []byte(testsystem.EchoDef))
 	require.NoError(t, err)
 	require.False(t, reg.Created, "the same document again does nothing")
 	asJSON := []byte(`{"name": "echo", "version": "2", "steps": [{"return": "${ input }"}]}`)
@@ -247,15 +136,14 @@ func TestSystemDefinitions(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"1", "2"}, versions)
 
-	_, err = s.client(tenancy.RoleClient).RegisterDefinition(ctx, []byte(echoDef))
+	_, err = s.client(tenancy.RoleClient).RegisterDefinition(ctx, []byte(testsystem.EchoDef))
 	require.ErrorIs(t, err, sdk.ErrPermissionDenied, "registering needs the tenant-admin role")
 }
 
 func TestSystemStartWaitAndRead(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), echoDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.EchoDef)
 	s.worker("q", func(w *sdk.Worker) {
 		sdk.Register(w, "work", func(ctx context.Context, in map[string]any) (map[string]any, error) {
 			return map[string]any{"echo": in}, nil
@@ -333,8 +221,7 @@ func TestSystemStartWaitAndRead(t *testing.T) {
 func TestSystemListPagesThroughEveryInstance(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), waiterDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.WaiterDef)
 	c := s.client(tenancy.RoleClient)
 	for i := range 25 {
 		_, err := c.Start(t.Context(), "waiter", nil, sdk.WithInstanceID(fmt.Sprintf("w-%02d", i)))
@@ -356,8 +243,7 @@ func TestSystemListPagesThroughEveryInstance(t *testing.T) {
 func TestSystemEventsCancelDeleteAndTree(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), waiterDef, parentDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.WaiterDef, testsystem.ParentDef)
 	c := s.client(tenancy.RoleClient)
 	ctx := t.Context()
 
@@ -410,8 +296,7 @@ func TestSystemEventsCancelDeleteAndTree(t *testing.T) {
 func TestSystemDeleteManyAndPrune(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), loopDef, waiterDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.LoopDef, testsystem.WaiterDef)
 	c := s.client(tenancy.RoleClient)
 	ctx := t.Context()
 
@@ -461,15 +346,14 @@ func TestSystemDeleteManyAndPrune(t *testing.T) {
 func TestSystemAuth(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	_, err := sdk.NewClient(s.url, sdk.WithToken("")).Get(t.Context(), "x")
+	_, err := sdk.NewClient(s.URL, sdk.WithToken("")).Get(t.Context(), "x")
 	require.ErrorIs(t, err, sdk.ErrUnauthenticated)
-	_, err = sdk.NewClient(s.url, sdk.WithToken("not-a-jwt")).Get(t.Context(), "x")
+	_, err = sdk.NewClient(s.URL, sdk.WithToken("not-a-jwt")).Get(t.Context(), "x")
 	require.ErrorIs(t, err, sdk.ErrUnauthenticated)
 	_, err = s.client(tenancy.RoleWorker).Get(t.Context(), "x")
 	require.ErrorIs(t, err, sdk.ErrPermissionDenied, "a worker token cannot read instances")
 
-	w := sdk.NewWorker(sdk.NewClient(s.url, sdk.WithToken("")), "q", sdk.WithLogger(quiet()))
+	w := sdk.NewWorker(sdk.NewClient(s.URL, sdk.WithToken("")), "q", sdk.WithLogger(quiet()))
 	require.ErrorIs(t, w.Run(t.Context()), sdk.ErrUnauthenticated)
 }
 
@@ -479,8 +363,7 @@ func TestSystemAuth(t *testing.T) {
 func TestSystemHeartbeatFailureCancelsTheHandler(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), raceDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.RaceDef)
 	causes := make(chan error, 1)
 	running := make(chan struct{})
 	s.worker("race", func(w *sdk.Worker) {
@@ -516,8 +399,7 @@ func TestSystemHeartbeatFailureCancelsTheHandler(t *testing.T) {
 func TestSystemGracefulStop(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.serve()
-	s.register(s.client(tenancy.RoleTenantAdmin), echoDef)
+	s.register(s.client(tenancy.RoleTenantAdmin), testsystem.EchoDef)
 	started := make(chan struct{}, 3)
 	release := make(chan struct{})
 	w := s.worker("q", func(w *sdk.Worker) {
@@ -554,16 +436,16 @@ func TestSystemGracefulStop(t *testing.T) {
 // down succeeds once it is back, within the retry budget.
 func TestSystemRetryWhenTheServerComesBack(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t)
+	s := newSystemWith(t, testsystem.Options{Unserved: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // the server is down
-	s.url = "http://" + addr
+	s.URL = "http://" + addr
 
 	tr := &countingTransport{rt: http.DefaultTransport}
 	patient := sdk.RetryPolicy{MaxAttempts: 1000, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
-	c := sdk.NewClient(s.url, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithRetryPolicy(patient),
+	c := sdk.NewClient(s.URL, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithRetryPolicy(patient),
 		sdk.WithHTTPClient(&http.Client{Transport: tr}))
 
 	var up atomic.Bool
@@ -579,7 +461,7 @@ func TestSystemRetryWhenTheServerComesBack(t *testing.T) {
 		if err != nil {
 			return
 		}
-		srv := &http.Server{Handler: s.handler, Protocols: api.Protocols(), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: s.API.Handler(), Protocols: api.Protocols(), ReadHeaderTimeout: 5 * time.Second}
 		up.Store(true)
 		go func() { _ = srv.Serve(ln) }()
 		<-t.Context().Done()

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -12,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/sdk"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 )
@@ -26,9 +25,8 @@ func TestCallsCarryTheCallersTrace(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	s := newSystem(t, func(_ *testing.T, _ *pgxpool.Pool, _ *crdb.Store, cfg *api.Config) { cfg.TracerProvider = tp })
-	s.serve()
-	c := sdk.NewClient(s.url, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithTracing(tp, propagation.TraceContext{}))
+	s := newSystem(t, func(_ *testsystem.System, cfg *api.Config) { cfg.TracerProvider = tp })
+	c := sdk.NewClient(s.URL, sdk.WithToken(s.token(tenancy.RoleClient)), sdk.WithTracing(tp, propagation.TraceContext{}))
 
 	ctx, app := tp.Tracer("app").Start(t.Context(), "app request")
 	_, err := c.Count(ctx, sdk.Filter{})

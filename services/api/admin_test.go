@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -80,7 +81,7 @@ func TestAdminService(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(time.Hour), minted.Msg.ExpiresAt.AsTime(), 2*time.Second)
 	c := e.clients(minted.Msg.Token)
-	_, err = c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(quickDef)}))
+	_, err = c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(testsystem.QuickDef)}))
 	require.NoError(t, err)
 	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick"}))
 	require.NoError(t, err)
@@ -148,11 +149,11 @@ func TestTenantAndDefinitionServices(t *testing.T) {
 	require.Equal(t, int32(50), limits.Msg.Limits.Burst)
 	require.Equal(t, store.DefaultLimits().MaxRunningInstances, limits.Msg.Limits.MaxRunningInstances)
 
-	reg, err := c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(quickDef)}))
+	reg, err := c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(testsystem.QuickDef)}))
 	require.NoError(t, err)
 	require.True(t, reg.Msg.Created)
 	require.Equal(t, "quick", reg.Msg.Name)
-	reg, err = c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(quickDef)}))
+	reg, err = c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(testsystem.QuickDef)}))
 	require.NoError(t, err)
 	require.False(t, reg.Msg.Created)
 	_, err = c.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(`{"name":"quick","version":"1","steps":[{"return":2}]}`)}))
@@ -198,8 +199,8 @@ func TestTenantAndDefinitionServices(t *testing.T) {
 func TestServerStartStop(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, waiterDef)
-	srv, err := api.New(api.Config{Store: e.store, Verifier: mustVerifier(t, e), Addr: "127.0.0.1:0", Logger: quiet()})
+	acme := e.tenant("acme", nil, testsystem.WaiterDef)
+	srv, err := api.New(api.Config{Store: e.Store, Verifier: e.Verifier(t), Addr: "127.0.0.1:0", Logger: quiet()})
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
 	base := "http://" + srv.Addr()

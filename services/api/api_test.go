@@ -2,15 +2,10 @@ package api_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -20,6 +15,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -34,108 +30,37 @@ type apiConfig = api.Config
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-const (
-	issuer   = "https://orchard.test"
-	audience = "orchard-api"
-)
-
-// Definitions the tests register.
-const (
-	// echoDef runs one activity and returns its output.
-	echoDef = `
-name: echo
-version: "1"
-steps:
-  - id: work
-    activity: { name: work, task_queue: q, input: "${ input }" }
-  - return: ${ steps.work.output }
-`
-	// quickDef returns its input at once.
-	quickDef = `
-name: quick
-version: "1"
-steps:
-  - return: ${ input }
-`
-	// waiterDef waits for an event "go" and returns its payload.
-	waiterDef = `
-name: waiter
-version: "1"
-steps:
-  - id: ev
-    wait_event: { name: go }
-  - return: ${ steps.ev.output }
-`
-	// loopDef continues as new until n reaches 3.
-	loopDef = `
-name: loop
-version: "1"
-steps:
-  - if: ${ input.n >= 3 }
-    return: ${ input.n }
-  - continue_as_new:
-      input:
-        n: ${ input.n + 1 }
-`
-)
-
-// env is a database, a store, an API server on loopback (HTTP/1.1 and h2c)
-// and a minter whose tokens the server accepts.
+// env is the system (internal/testsystem) without dispatchers, and an
+// HTTP client that speaks unencrypted HTTP/2 (for gRPC).
 type env struct {
-	t      testing.TB
-	store  *crdb.Store
-	api    *api.Server
-	srv    *httptest.Server
-	minter *tenancy.Minter
-	key    ed25519.PrivateKey // the minter's
-	// h2c is an HTTP client that speaks unencrypted HTTP/2 (for gRPC).
+	*testsystem.System
+	t   testing.TB
 	h2c *http.Client
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return testsystem.Quiet() }
 
 func newEnv(t testing.TB, configure ...func(*api.Config)) *env {
 	t.Helper()
-	pool := testdb.Pool(t, 20)
-	st := crdb.New(pool, crdb.Options{Logger: quiet()})
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience, MaxTTL: 400 * 24 * time.Hour})
-	require.NoError(t, err)
-	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
-	})
-	require.NoError(t, err)
-	cfg := api.Config{Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond}
-	for _, f := range configure {
-		f(&cfg)
-	}
-	a, err := api.New(cfg)
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(a.Handler())
-	srv.Config.Protocols = api.Protocols()
-	srv.Config.ReadHeaderTimeout = 5 * time.Second
-	srv.Start()
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Stop(ctx)
-	})
+	s := testsystem.New(t, testsystem.Options{Configure: func(_ *testsystem.System, cfg *api.Config) {
+		for _, f := range configure {
+			f(cfg)
+		}
+	}})
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	h2c := &http.Client{Transport: &http.Transport{Protocols: p}}
 	t.Cleanup(h2c.CloseIdleConnections)
-	return &env{t: t, store: st, api: a, srv: srv, minter: minter, key: priv, h2c: h2c}
+	return &env{System: s, t: t, h2c: h2c}
 }
 
 // tenant registers a tenant with limits and definitions.
 func (e *env) tenant(id string, limits *store.Limits, defs ...string) string {
 	e.t.Helper()
 	ctx := context.Background()
-	require.NoError(e.t, e.store.CreateTenant(ctx, &store.CreateTenantParams{TenantID: id}))
+	require.NoError(e.t, e.Store.CreateTenant(ctx, &store.CreateTenantParams{TenantID: id}))
 	if limits != nil {
-		_, err := e.store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: id, Limits: limits})
+		_, err := e.Store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: id, Limits: limits})
 		require.NoError(e.t, err)
 	}
 	if len(defs) > 0 {
@@ -150,9 +75,7 @@ func (e *env) tenant(id string, limits *store.Limits, defs ...string) string {
 
 func (e *env) token(tenant string, roles ...tenancy.Role) string {
 	e.t.Helper()
-	tok, err := e.minter.Mint(tenancy.Claims{Tenant: tenant, Subject: "test", Roles: roles}, time.Hour)
-	require.NoError(e.t, err)
-	return tok
+	return e.Token(e.t, tenant, roles...)
 }
 
 // clients are the generated clients of every service, sending a token.
@@ -177,7 +100,7 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 
 // clients speak the Connect protocol over HTTP/1.1.
 func (e *env) clients(token string, opts ...connect.ClientOption) *clients {
-	return e.clientsOn(e.srv.Client(), token, opts...)
+	return e.clientsOn(e.Server.Client(), token, opts...)
 }
 
 // grpcClients speak gRPC over h2c.
@@ -188,11 +111,11 @@ func (e *env) grpcClients(token string) *clients {
 func (e *env) clientsOn(hc *http.Client, token string, opts ...connect.ClientOption) *clients {
 	opts = append(opts, connect.WithInterceptors(bearer(token)))
 	return &clients{
-		client: orchardv1connect.NewClientServiceClient(hc, e.srv.URL, opts...),
-		worker: orchardv1connect.NewWorkerServiceClient(hc, e.srv.URL, opts...),
-		defs:   orchardv1connect.NewDefinitionServiceClient(hc, e.srv.URL, opts...),
-		tenant: orchardv1connect.NewTenantServiceClient(hc, e.srv.URL, opts...),
-		admin:  orchardv1connect.NewAdminServiceClient(hc, e.srv.URL, opts...),
+		client: orchardv1connect.NewClientServiceClient(hc, e.Server.URL, opts...),
+		worker: orchardv1connect.NewWorkerServiceClient(hc, e.Server.URL, opts...),
+		defs:   orchardv1connect.NewDefinitionServiceClient(hc, e.Server.URL, opts...),
+		tenant: orchardv1connect.NewTenantServiceClient(hc, e.Server.URL, opts...),
+		admin:  orchardv1connect.NewAdminServiceClient(hc, e.Server.URL, opts...),
 	}
 }
 
@@ -204,14 +127,7 @@ func (e *env) all(tenant string) *clients {
 // dispatch runs a dispatcher on the env's store until the test ends.
 func (e *env) dispatch() {
 	e.t.Helper()
-	d, err := dispatcher.New(dispatcher.Config{Store: e.store, Logger: quiet(), MaxPoll: 10 * time.Millisecond, Loops: 2})
-	require.NoError(e.t, err)
-	require.NoError(e.t, d.Start(context.Background()))
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
+	e.StartDispatcher(e.t, dispatcher.Config{})
 }
 
 // requireCode checks a Connect error's code and, when given, that its
@@ -259,13 +175,6 @@ func (c *clients) waitDone(t testing.TB, id string) *orchardv1.Instance {
 	}
 	t.Fatalf("instance %s did not end", id)
 	return nil
-}
-
-func mustVerifier(t testing.TB, e *env) *tenancy.Verifier {
-	t.Helper()
-	v, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{e.minter.PublicKey()}})
-	require.NoError(t, err)
-	return v
 }
 
 func newClientAt(base, token string) orchardv1connect.ClientServiceClient {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/services/api"
@@ -35,7 +36,7 @@ func TestAuthentication(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now()
 	claims := func(edit func(jwt.MapClaims)) jwt.MapClaims {
-		c := jwt.MapClaims{"iss": issuer, "aud": []string{audience}, "sub": "s", "tenant": acme, "roles": []string{"client"},
+		c := jwt.MapClaims{"iss": testsystem.Issuer, "aud": []string{testsystem.Audience}, "sub": "s", "tenant": acme, "roles": []string{"client"},
 			"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(time.Hour).Unix()}
 		if edit != nil {
 			edit(c)
@@ -48,7 +49,7 @@ func TestAuthentication(t *testing.T) {
 		return signedWithMinterKey(t, e, claims(edit))
 	}
 	require.NotEmpty(t, mine(nil))
-	pub := e.minter.PublicKey()
+	pub := e.Minter.PublicKey()
 
 	cases := []struct {
 		name  string
@@ -106,7 +107,7 @@ func TestAuthentication(t *testing.T) {
 // signedWithMinterKey signs raw claims as the env's minter would.
 func signedWithMinterKey(t *testing.T, e *env, claims jwt.MapClaims) string {
 	t.Helper()
-	return signed(t, jwt.SigningMethodEdDSA, e.key, claims)
+	return signed(t, jwt.SigningMethodEdDSA, e.Key, claims)
 }
 
 // TestRolesPerService: each service takes its role and refuses the others.
@@ -180,7 +181,7 @@ func TestEveryProcedureHasARule(t *testing.T) {
 func TestSuspendedTenant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.TenantCacheTTL = time.Nanosecond })
-	acme := e.tenant("acme", nil, quickDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef)
 	other := e.tenant("other", nil)
 	platform := e.clients(e.token("", tenancy.RolePlatformAdmin))
 	all := e.all(acme)
@@ -194,7 +195,7 @@ func TestSuspendedTenant(t *testing.T) {
 	requireCode(t, err, connect.CodePermissionDenied)
 	_, err = all.tenant.SetRetentionPolicy(ctx, req(&orchardv1.SetRetentionPolicyRequest{Policy: &orchardv1.RetentionPolicy{}}))
 	requireCode(t, err, connect.CodePermissionDenied)
-	_, err = all.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(quickDef)}))
+	_, err = all.defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{Document: []byte(testsystem.QuickDef)}))
 	requireCode(t, err, connect.CodePermissionDenied)
 	_, err = all.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
 	require.NoError(t, err)

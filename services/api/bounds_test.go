@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+
+	"github.com/orchardhq/orchard/internal/testsystem"
 )
 
 // TestTimeBoundsAreAppliedAsGiven: a time bound that is present is applied
@@ -17,7 +19,7 @@ import (
 func TestTimeBoundsAreAppliedAsGiven(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef, loopDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.LoopDef)
 	e.dispatch()
 	c := e.all(acme)
 	ctx := t.Context()

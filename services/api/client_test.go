@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -19,7 +20,7 @@ import (
 func TestClientService(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef, waiterDef, loopDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.WaiterDef, testsystem.LoopDef)
 	e.dispatch()
 	c := e.clients(e.token(acme, tenancy.RoleClient))
 	ctx := t.Context()
@@ -208,7 +209,7 @@ func TestClientService(t *testing.T) {
 func TestStartIdempotent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef, waiterDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.WaiterDef)
 	c := e.grpcClients(e.token(acme, tenancy.RoleClient))
 	ctx := t.Context()
 	first, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "quick", InstanceId: "i1", Input: []byte(`{"a":1}`)}))
@@ -232,8 +233,8 @@ func TestStartIdempotent(t *testing.T) {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	small := e.tenant("small", &store.Limits{MaxRunningInstances: 2, MaxPayloadBytes: 16}, waiterDef)
-	big := e.tenant("big", nil, waiterDef)
+	small := e.tenant("small", &store.Limits{MaxRunningInstances: 2, MaxPayloadBytes: 16}, testsystem.WaiterDef)
+	big := e.tenant("big", nil, testsystem.WaiterDef)
 	cs, cb := e.clients(e.token(small, tenancy.RoleClient)), e.clients(e.token(big, tenancy.RoleClient))
 	ctx := t.Context()
 	for range 2 {

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -61,7 +62,7 @@ func TestEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	acme := e.tenant("acme", nil)
 	admin := e.grpcClients(e.token(acme, tenancy.RoleTenantAdmin))
-	_, err := admin.defs.RegisterDefinition(t.Context(), req(&orchardv1.RegisterDefinitionRequest{Document: []byte(echoDef)}))
+	_, err := admin.defs.RegisterDefinition(t.Context(), req(&orchardv1.RegisterDefinitionRequest{Document: []byte(testsystem.EchoDef)}))
 	require.NoError(t, err)
 	e.dispatch()
 	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 4)
@@ -117,12 +118,12 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 	percentiles(b, lat, "call")
 }
 
-// BenchmarkStartToCompletion measures an instance of echoDef from
+// BenchmarkStartToCompletion measures an instance of testsystem.EchoDef from
 // StartOrchestration to WaitForCompletion's answer, through the API, a
 // dispatcher and an API worker, with 8 clients at once.
 func BenchmarkStartToCompletion(b *testing.B) {
 	e := newEnv(b, func(c *apiConfig) { c.MinPoll = time.Millisecond; c.MaxPoll = 5 * time.Millisecond })
-	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, echoDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, testsystem.EchoDef)
 	e.dispatch()
 	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 8)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -23,11 +24,11 @@ import (
 // hand-written client would.
 func postJSON(t *testing.T, e *env, token, procedure, body string) (int, string) {
 	t.Helper()
-	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+procedure, strings.NewReader(body))
+	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.Server.URL+procedure, strings.NewReader(body))
 	require.NoError(t, err)
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Set("Authorization", "Bearer "+token)
-	resp, err := e.srv.Client().Do(r)
+	resp, err := e.Server.Client().Do(r)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
@@ -42,7 +43,7 @@ func postJSON(t *testing.T, e *env, token, procedure, body string) (int, string)
 func TestDestructiveFiltersNeverWiden(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef)
 	e.dispatch()
 	token := e.token(acme, tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin)
 	c := e.clients(token)
@@ -142,7 +143,7 @@ func (r row) matches(f *orchardv1.InstanceFilter) bool {
 func TestFilterProperty(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef, waiterDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.WaiterDef)
 	e.dispatch()
 	c := e.all(acme)
 	ctx := t.Context()

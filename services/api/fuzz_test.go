@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
@@ -38,11 +39,11 @@ func FuzzConnectJSON(f *testing.F) {
 		}
 	}
 	e := newEnv(f)
-	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, testsystem.QuickDef)
 	token := e.token(acme, tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin)
-	hc := e.srv.Client()
+	hc := e.Server.Client()
 	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
-		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+procedures[int(which)%len(procedures)], bytes.NewReader(body))
+		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.Server.URL+procedures[int(which)%len(procedures)], bytes.NewReader(body))
 		require.NoError(t, err)
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Authorization", "Bearer "+token)

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+
+	"github.com/orchardhq/orchard/internal/testsystem"
 )
 
 // TestTenantIsolation: tenant B's tokens on tenant A's instances, tasks,
@@ -22,7 +24,7 @@ import (
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a := e.tenant("tenant-a", nil, echoDef)
+	a := e.tenant("tenant-a", nil, testsystem.EchoDef)
 	b := e.tenant("tenant-b", nil)
 	ca, cb := e.all(a), e.all(b)
 	ctx := t.Context()

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -20,7 +21,7 @@ import (
 // leaving no goroutine behind. Not parallel: it counts goroutines.
 func TestLongPolls(t *testing.T) {
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, waiterDef)
+	acme := e.tenant("acme", nil, testsystem.WaiterDef)
 	tr := &http.Transport{}
 	c := e.clientsOn(&http.Client{Transport: tr}, e.token(acme, tenancy.RoleClient, tenancy.RoleWorker))
 	ctx := t.Context()
@@ -71,10 +72,10 @@ func TestLongPolls(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
 		go func() { errc <- call(cctx) }()
-		require.Eventually(t, func() bool { return e.api.ActiveLongPolls() == 1 }, 10*time.Second, time.Millisecond, name)
+		require.Eventually(t, func() bool { return e.API.ActiveLongPolls() == 1 }, 10*time.Second, time.Millisecond, name)
 		cancel()
 		requireCode(t, <-errc, connect.CodeCanceled)
-		require.Eventually(t, func() bool { return e.api.ActiveLongPolls() == 0 }, 10*time.Second, time.Millisecond, name)
+		require.Eventually(t, func() bool { return e.API.ActiveLongPolls() == 0 }, 10*time.Second, time.Millisecond, name)
 	}
 	tr.CloseIdleConnections()
 	goleak.VerifyNone(t, baseline)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -68,7 +69,7 @@ func numericPaths(md protoreflect.MessageDescriptor, depth int) [][]protoreflect
 func TestNumericExtremesAreNeverInternal(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, quickDef)
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, testsystem.QuickDef)
 	e.dispatch()
 	tenantToken := e.token(acme, tenancy.RoleClient, tenancy.RoleWorker, tenancy.RoleTenantAdmin)
 	platformToken := e.token("", "platform-admin")
@@ -115,12 +116,12 @@ func TestNumericExtremesAreNeverInternal(t *testing.T) {
 						body, err := protojson.Marshal(msg)
 						require.NoError(t, err)
 						procedure := fmt.Sprintf("/%s/%s", svc.FullName(), m.Name())
-						r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.srv.URL+procedure, strings.NewReader(string(body)))
+						r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.Server.URL+procedure, strings.NewReader(string(body)))
 						require.NoError(t, err)
 						r.Header.Set("Content-Type", "application/json")
 						r.Header.Set("Authorization", "Bearer "+token)
 						r.Header.Set("Connect-Timeout-Ms", "2000") // long polls end early
-						resp, err := e.srv.Client().Do(r)
+						resp, err := e.Server.Client().Do(r)
 						require.NoError(t, err)
 						out, err := io.ReadAll(resp.Body)
 						resp.Body.Close()

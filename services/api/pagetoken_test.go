@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -17,7 +18,7 @@ import (
 func TestPageTokens(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a, b := e.tenant("tenant-a", nil, echoDef), e.tenant("tenant-b", nil, echoDef)
+	a, b := e.tenant("tenant-a", nil, testsystem.EchoDef), e.tenant("tenant-b", nil, testsystem.EchoDef)
 	ca, cb := e.all(a), e.all(b)
 	admin := e.clients(e.token("", tenancy.RolePlatformAdmin))
 	ctx := t.Context()

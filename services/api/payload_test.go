@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -19,7 +20,7 @@ import (
 func TestPayloadsAreCheckedAtTheAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef, echoDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.EchoDef)
 	e.dispatch()
 	c := e.clients(e.token(acme, tenancy.RoleClient, tenancy.RoleWorker))
 	ctx := t.Context()

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/notify"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
@@ -27,15 +27,8 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	t.Parallel()
 	hints := notify.NewLocal()
 	e := newEnv(t, func(c *api.Config) { c.Notifier, c.MinPoll, c.MaxPoll = hints, time.Hour, time.Hour })
-	d, err := dispatcher.New(dispatcher.Config{Store: e.store, Notifier: hints, Logger: quiet(), Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = d.Stop(ctx)
-	})
-	c := e.all(e.tenant("acme", nil, echoDef))
+	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
 	ctx := t.Context()
 
 	type polled struct {
@@ -47,10 +40,10 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 		res, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
 		polls <- polled{res, err}
 	}()
-	testwait.Until(t, 30*time.Second, "the worker's poll to wait", func() bool { return e.api.ActiveLongPolls() == 1 })
-	queriesBefore := e.api.LongPollQueries()
+	testwait.Until(t, 30*time.Second, "the worker's poll to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
+	queriesBefore := e.API.LongPollQueries()
 
-	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
 	require.NoError(t, err)
 	var p polled
 	select {
@@ -60,7 +53,7 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	}
 	require.NoError(t, p.err)
 	require.NotNil(t, p.res.Msg.Task, "the poll answered without the task")
-	require.LessOrEqual(t, e.api.LongPollQueries()-queriesBefore, int64(1), "the poll looked once, on the hint")
+	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the poll looked once, on the hint")
 
 	type waited struct {
 		res *connect.Response[orchardv1.WaitForCompletionResponse]
@@ -71,8 +64,8 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 		res, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
 		waits <- waited{res, err}
 	}()
-	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.api.ActiveLongPolls() == 1 })
-	queriesBefore = e.api.LongPollQueries()
+	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
+	queriesBefore = e.API.LongPollQueries()
 	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.res.Msg.Task.TaskToken, Result: []byte(`8`)}))
 	require.NoError(t, err)
 	var w waited
@@ -84,6 +77,6 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	require.NoError(t, w.err)
 	require.True(t, w.res.Msg.Done)
 	require.Equal(t, `8`, string(w.res.Msg.Instance.Output))
-	require.LessOrEqual(t, e.api.LongPollQueries()-queriesBefore, int64(1), "the wait looked once, on the hint")
+	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the wait looked once, on the hint")
 	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
 }

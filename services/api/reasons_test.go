@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -16,7 +17,7 @@ import (
 func TestEveryErrorHasAReason(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, waiterDef)
+	acme := e.tenant("acme", nil, testsystem.WaiterDef)
 	c := e.clients(e.token(acme, tenancy.RoleClient))
 	ctx := t.Context()
 	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: "w"}))

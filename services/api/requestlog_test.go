@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/services/api"
 )
@@ -48,7 +49,7 @@ func TestRequestLog(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.TracerProvider = sdktrace.NewTracerProvider()
 	})
-	acme := e.tenant("acme", nil, quickDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef)
 	c := e.all(acme)
 	_, err := c.client.GetInstance(t.Context(), req(&orchardv1.GetInstanceRequest{InstanceId: "missing"}))
 	requireCode(t, err, connect.CodeNotFound)

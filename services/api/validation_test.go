@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+
+	"github.com/orchardhq/orchard/internal/testsystem"
 )
 
 // TestValidation: requests that break the protos' rules are
@@ -20,7 +22,7 @@ import (
 func TestValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, quickDef)
+	acme := e.tenant("acme", nil, testsystem.QuickDef)
 	c := e.all(acme)
 	platform := e.clients(e.token("", "platform-admin"))
 	ctx := t.Context()

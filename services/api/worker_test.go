@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -28,7 +29,7 @@ func poll(t *testing.T, c *clients, q string) *orchardv1.ActivityTask {
 func TestWorkerService(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, echoDef)
+	acme := e.tenant("acme", nil, testsystem.EchoDef)
 	e.dispatch()
 	c := e.clients(e.token(acme, tenancy.RoleClient, tenancy.RoleWorker))
 	ctx := t.Context()

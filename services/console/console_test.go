@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"context"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -20,124 +19,47 @@ import (
 
 	"github.com/orchardhq/orchard/internal/browsertest"
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/store"
-	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/console"
-	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-const (
-	issuer   = "https://orchard.test"
-	audience = "orchard-api"
-)
-
 // Definitions the tests run.
-var definitions = []string{`
-name: family
-version: "1"
-steps:
-  - id: a
-    sub_orchestration: { name: child, instance_id: "${ instance.id }-a", input: "${ input }" }
-  - id: b
-    sub_orchestration: { name: child, instance_id: "${ instance.id }-b", input: "${ input }" }
-  - return: { a: "${ steps.a.output }", b: "${ steps.b.output }" }
-`, `
-name: child
-version: "1"
-steps:
-  - id: work
-    activity: { name: work, task_queue: q, input: "${ input }" }
-  - return: ${ steps.work.output }
-`, `
-name: quick
-version: "1"
-steps:
-  - return: ${ input }
-`, `
-name: waiter
-version: "1"
-steps:
-  - id: ev
-    wait_event: { name: go }
-  - return: ${ steps.ev.output }
-`, `
-name: loop
-version: "1"
-steps:
-  - if: ${ input.n >= 3 }
-    return: ${ input.n }
-  - continue_as_new:
-      input:
-        n: ${ input.n + 1 }
-`, `
-name: stuck
-version: "1"
-steps:
-  - id: never
-    activity: { name: nobody-runs-this, task_queue: nobody, input: "${ input }" }
-  - return: ${ steps.never.output }
-`}
+var definitions = []string{testsystem.FamilyDef, testsystem.EchoDef, testsystem.QuickDef, testsystem.WaiterDef,
+	testsystem.LoopDef, testsystem.StuckDef}
 
-// env is an API server with the console on loopback, over a fresh
-// database, with dispatchers and a worker for task queue q, and one
-// browser.
+// env is the system (internal/testsystem) serving the console too, with a
+// dispatcher and a worker for task queue q, and one browser.
 type env struct {
+	*testsystem.System
 	t       *testing.T
-	base    string
-	store   *crdb.Store
-	minter  *tenancy.Minter
 	browser *browsertest.Browser
 }
 
-func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+func quiet() *slog.Logger { return testsystem.Quiet() }
 
 func newEnv(t *testing.T) *env {
-	pool := testdb.Pool(t, 20)
-	st := crdb.New(pool, crdb.Options{Logger: quiet()})
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: priv, Issuer: issuer, Audience: audience})
-	require.NoError(t, err)
-	verifier, err := tenancy.NewVerifier(t.Context(), tenancy.VerifierConfig{
-		Issuer: issuer, Audience: audience, PublicKeys: []crypto.PublicKey{minter.PublicKey()},
-	})
-	require.NoError(t, err)
-	a, err := api.New(api.Config{
-		Store: st, Verifier: verifier, Minter: minter, Logger: quiet(), MaxPoll: 20 * time.Millisecond,
-		Console: console.New(console.Config{Logger: quiet()}),
-	})
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(a.Handler())
-	srv.Config.Protocols = api.Protocols()
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	d, err := dispatcher.New(dispatcher.Config{Store: st, Logger: quiet(), MaxPoll: 10 * time.Millisecond, Loops: 2})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	w := testworker.Start(context.Background(), testworker.Config{Store: st, TaskQueues: []string{"q"}, Loops: 2,
+	s := testsystem.New(t, testsystem.Options{Dispatchers: 1, Configure: func(_ *testsystem.System, cfg *api.Config) {
+		cfg.Console = console.New(console.Config{Logger: quiet()})
+	}})
+	w := testworker.Start(context.Background(), testworker.Config{Store: s.Store, TaskQueues: []string{"q"}, Loops: 2,
 		Handler: func(_ context.Context, task *store.WorkItem) (any, error) { return json.RawMessage(task.Input), nil }})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		w.Stop()
-		_ = d.Stop(ctx)
-	})
-	return &env{t: t, base: srv.URL, store: st, minter: minter, browser: browsertest.Start(t)}
+	t.Cleanup(w.Stop)
+	return &env{System: s, t: t, browser: browsertest.Start(t)}
 }
 
 // tenant creates a tenant with the test definitions and returns a token
 // with the given roles.
 func (e *env) tenant(t *testing.T, id string, roles ...tenancy.Role) string {
-	require.NoError(t, e.store.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: id}))
-	admin := sdk.NewClient(e.base, sdk.WithToken(e.token(t, id, tenancy.RoleTenantAdmin)))
+	require.NoError(t, e.Store.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: id}))
+	admin := sdk.NewClient(e.URL, sdk.WithToken(e.token(t, id, tenancy.RoleTenantAdmin)))
 	for _, doc := range definitions {
 		_, err := admin.RegisterDefinition(t.Context(), []byte(doc))
 		require.NoError(t, err)
@@ -149,13 +71,11 @@ func (e *env) tenant(t *testing.T, id string, roles ...tenancy.Role) string {
 }
 
 func (e *env) token(t *testing.T, tenant string, roles ...tenancy.Role) string {
-	tok, err := e.minter.Mint(tenancy.Claims{Tenant: tenant, Subject: "console-test", Roles: roles}, time.Hour)
-	require.NoError(t, err)
-	return tok
+	return e.Token(t, tenant, roles...)
 }
 
 func (e *env) client(t *testing.T, tenant string) *sdk.Client {
-	return sdk.NewClient(e.base, sdk.WithToken(e.token(t, tenant, tenancy.RoleClient)))
+	return sdk.NewClient(e.URL, sdk.WithToken(e.token(t, tenant, tenancy.RoleClient)))
 }
 
 // start starts an instance and waits until it is terminal, unless wait is false.
@@ -173,14 +93,14 @@ func start(t *testing.T, c *sdk.Client, name, id string, input any, wait bool, o
 // signIn opens the console in a new tab and signs in with token.
 func (e *env) signIn(t *testing.T, token string) *browsertest.Page {
 	p := e.browser.NewPage(t)
-	p.Run(chromedp.Navigate(e.base+console.Path), chromedp.WaitVisible("#token", chromedp.ByQuery),
+	p.Run(chromedp.Navigate(e.URL+console.Path), chromedp.WaitVisible("#token", chromedp.ByQuery),
 		chromedp.SetValue("#token", token, chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery),
 		chromedp.WaitVisible("#who-tenant", chromedp.ByQuery))
 	return p
 }
 
 func (e *env) open(p *browsertest.Page, route string) {
-	p.Run(chromedp.Navigate(e.base + console.Path + route))
+	p.Run(chromedp.Navigate(e.URL + console.Path + route))
 }
 
 func TestConsole(t *testing.T) {
@@ -451,7 +371,7 @@ func TestConsole(t *testing.T) {
 
 		_, other, err := ed25519.GenerateKey(rand.Reader)
 		require.NoError(t, err)
-		stranger, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: other, Issuer: issuer, Audience: audience})
+		stranger, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: other, Issuer: testsystem.Issuer, Audience: testsystem.Audience})
 		require.NoError(t, err)
 		forged, err := stranger.Mint(tenancy.Claims{Tenant: "acme", Subject: "mallory", Roles: []tenancy.Role{tenancy.RoleClient}}, time.Hour)
 		require.NoError(t, err)
@@ -529,7 +449,7 @@ func TestConsole(t *testing.T) {
 		p.Run(chromedp.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Suspend")]`, chromedp.BySearch),
 			chromedp.WaitVisible("dialog button.danger", chromedp.ByQuery), chromedp.Click("dialog button.danger", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "newco suspended")
-		tn, err := e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
+		tn, err := e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
 		require.Equal(t, store.TenantSuspended, tn.State)
 		p.WaitText("#tenants", "suspended")
@@ -537,7 +457,7 @@ func TestConsole(t *testing.T) {
 			chromedp.WaitVisible("#limit-requestsPerSecond", chromedp.ByQuery),
 			chromedp.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), chromedp.Click("#limits-save", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Limits of newco saved")
-		tn, err = e.store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
+		tn, err = e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
 		require.Equal(t, store.Limits{RequestsPerSecond: 5}, tn.Limits)
 		p.Screenshot("platform-tenants")
