@@ -23,7 +23,9 @@ import (
 // leaves a lease that expires after LockTTL. The lease is what keeps two
 // migrators from running the same migration at once; every statement being
 // idempotent is what makes a migrator that lost its lease mid-statement (one
-// statement longer than LockTTL) harmless, if slow.
+// statement longer than LockTTL) harmless, if slow; a rename, which is not,
+// runs in one transaction with its record, so the second migrator to run it
+// fails instead of renaming twice.
 
 // LockTTL is how long the migration lease lasts without a renewal.
 const LockTTL = 5 * time.Minute

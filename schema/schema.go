@@ -1,8 +1,13 @@
 // Package schema holds Orchard's SQL migrations and the migrator that applies
 // them. The common migrations use only SQL that both CockroachDB and PostgreSQL
 // accept (DESIGN §3); the files under crdb_only/ are applied only when the
-// server reports CockroachDB, those under pg_only/ only when it does not. Every statement is idempotent and runs on its
-// own, because CockroachDB commits DDL outside the surrounding transaction.
+// server reports CockroachDB, those under pg_only/ only when it does not.
+// Every statement is idempotent and runs on its own, because CockroachDB
+// commits DDL outside the surrounding transaction. The one exception is a statement that cannot be written to run twice (a
+// rename): it is the only statement of its file, which says so with the
+// line "-- migrate: one transaction", and it runs in one transaction with
+// the record of its version, so an interrupted migrator leaves both or
+// neither.
 //
 // The migrator never drops data. It holds a lease in the database while it
 // runs (see lock.go), so migrators started at once run one after the other,
@@ -16,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +38,7 @@ type Conn interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Migration is one file of statements.
@@ -41,7 +48,14 @@ type Migration struct {
 	// "pg_only/0001_fillfactor" for PostgreSQL's.
 	Version    string
 	Statements []string
+	// InTransaction says the one statement runs in one transaction with
+	// the record of the version (the file's line oneTransaction).
+	InTransaction bool
 }
+
+// oneTransaction is the line of a migration file whose one statement must
+// not run twice: see the package comment.
+const oneTransaction = "-- migrate: one transaction"
 
 // Migrations lists the migrations that apply to a server, in order: the
 // common ones, then the extras of its kind.
@@ -70,7 +84,14 @@ func Migrations(cockroach bool) ([]Migration, error) {
 			if dir != "migrations" {
 				version = dir + "/" + version
 			}
-			out = append(out, Migration{Version: version, Statements: splitStatements(string(body))})
+			m := Migration{Version: version, Statements: splitStatements(string(body))}
+			for line := range strings.Lines(string(body)) {
+				m.InTransaction = m.InTransaction || strings.TrimSpace(line) == oneTransaction
+			}
+			if m.InTransaction && len(m.Statements) != 1 {
+				return nil, fmt.Errorf("migration %s: %q needs exactly one statement, got %d", version, oneTransaction, len(m.Statements))
+			}
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -111,7 +132,13 @@ func IsCockroach(ctx context.Context, conn Conn) (bool, error) {
 // Migrate applies every migration that the version table does not list yet
 // and returns the versions it applied. It waits for a migrator running at
 // the same time to finish first (until ctx ends).
-func Migrate(ctx context.Context, conn Conn) (_ []string, err error) {
+func Migrate(ctx context.Context, conn Conn) ([]string, error) {
+	return migrate(ctx, conn, nil)
+}
+
+// migrate applies the migrations that keep accepts (all when keep is nil)
+// and the version table does not list yet.
+func migrate(ctx context.Context, conn Conn, keep func(Migration) bool) (_ []string, err error) {
 	cockroach, err := IsCockroach(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -130,11 +157,18 @@ func Migrate(ctx context.Context, conn Conn) (_ []string, err error) {
 		defer cancel()
 		err = errors.Join(err, l.release(rctx))
 	}()
-	return migrateLocked(ctx, conn, l, cockroach)
+	migrations, err := Migrations(cockroach)
+	if err != nil {
+		return nil, err
+	}
+	if keep != nil {
+		migrations = slices.DeleteFunc(migrations, func(m Migration) bool { return !keep(m) })
+	}
+	return migrateLocked(ctx, conn, l, migrations, cockroach)
 }
 
-// migrateLocked applies the migrations not applied yet, holding l.
-func migrateLocked(ctx context.Context, conn Conn, l *lease, cockroach bool) ([]string, error) {
+// migrateLocked applies those of migrations not applied yet, holding l.
+func migrateLocked(ctx context.Context, conn Conn, l *lease, migrations []Migration, cockroach bool) ([]string, error) {
 	applied := map[string]bool{}
 	rows, err := conn.Query(ctx, "SELECT version FROM schema_migrations")
 	if err != nil {
@@ -147,13 +181,19 @@ func migrateLocked(ctx context.Context, conn Conn, l *lease, cockroach bool) ([]
 	for _, v := range versions {
 		applied[v] = true
 	}
-	migrations, err := Migrations(cockroach)
-	if err != nil {
-		return nil, err
-	}
 	var done []string
 	for _, m := range migrations {
 		if applied[m.Version] {
+			continue
+		}
+		if m.InTransaction {
+			if err := l.renew(ctx); err != nil {
+				return done, err
+			}
+			if err := applyInTransaction(ctx, conn, m, cockroach); err != nil {
+				return done, err
+			}
+			done = append(done, m.Version)
 			continue
 		}
 		for i, stmt := range m.Statements {
@@ -164,12 +204,39 @@ func migrateLocked(ctx context.Context, conn Conn, l *lease, cockroach bool) ([]
 				return done, fmt.Errorf("migration %s, statement %d: %w", m.Version, i+1, err)
 			}
 		}
-		if _, err := conn.Exec(ctx,
-			"INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
-			m.Version, time.Now().UnixMilli()); err != nil {
-			return done, fmt.Errorf("record migration %s: %w", m.Version, err)
+		if err := record(ctx, conn, m.Version); err != nil {
+			return done, err
 		}
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// record adds a version to the version table.
+func record(ctx context.Context, conn Conn, version string) error {
+	if _, err := conn.Exec(ctx,
+		"INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2) ON CONFLICT (version) DO NOTHING",
+		version, time.Now().UnixMilli()); err != nil {
+		return fmt.Errorf("record migration %s: %w", version, err)
+	}
+	return nil
+}
+
+// applyInTransaction runs a migration's one statement and the record of
+// its version in one transaction. CockroachDB (from 25.1) commits an
+// explicit transaction before a schema change by default
+// (autocommit_before_ddl), which would run them apart: the transaction
+// turns that off for itself.
+func applyInTransaction(ctx context.Context, conn Conn, m Migration, cockroach bool) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if cockroach {
+			if _, err := tx.Exec(ctx, "SET LOCAL autocommit_before_ddl = false"); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Version, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, m.Statements[0]); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Version, err)
+		}
+		return record(ctx, tx, m.Version)
+	})
 }

@@ -25,16 +25,101 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, applied, "a migrated database was migrated again")
 
-	// Forget the versions: every statement must still apply cleanly.
-	_, err = conn.Exec(t.Context(), "DELETE FROM schema_migrations")
+}
+
+// A migrator stopped before it recorded a migration runs all of that
+// migration's statements again: every statement must apply cleanly a
+// second time, right after its migration, but those that run in one
+// transaction with their record (a rename), which never run twice.
+func TestInterruptedMigrationsRunAgain(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testdb.EmptyURL(t))
 	require.NoError(t, err)
-	applied, err = schema.Migrate(t.Context(), conn)
+	defer conn.Close(ctx)
+	cockroach, err := schema.IsCockroach(ctx, conn)
 	require.NoError(t, err)
-	cockroach, err := schema.IsCockroach(t.Context(), conn)
+	migrations, err := schema.Migrations(cockroach)
 	require.NoError(t, err)
-	want, err := schema.Migrations(cockroach)
+	inTransaction := 0
+	for _, m := range migrations {
+		applied, err := schema.MigrateOnly(ctx, conn, func(o schema.Migration) bool { return o.Version == m.Version })
+		require.NoError(t, err)
+		require.Equal(t, []string{m.Version}, applied)
+		if m.InTransaction {
+			inTransaction++
+			continue
+		}
+		for i, stmt := range m.Statements {
+			_, err := conn.Exec(ctx, stmt)
+			require.NoError(t, err, "%s, statement %d, run again", m.Version, i+1)
+		}
+	}
+	require.Positive(t, inTransaction)
+	applied, err := schema.Migrate(ctx, conn)
 	require.NoError(t, err)
-	require.Len(t, applied, len(want))
+	require.Empty(t, applied)
+}
+
+// A database migrated by the version before the lease renames (0018 to
+// 0024) keeps its leases and tasks under the new names.
+func TestOldDatabaseMigratesForward(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testdb.EmptyURL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	const lastOld = "0017_lease_strikes"
+	newer := func(m schema.Migration) bool { return !strings.Contains(m.Version, "/") && m.Version > lastOld }
+	applied, err := schema.MigrateOnly(ctx, conn, func(m schema.Migration) bool { return !newer(m) })
+	require.NoError(t, err)
+	require.Contains(t, applied, lastOld)
+
+	const token, task = "6f1c5a52-8a43-4c1e-9a55-2f3d1d1f0a01", "0b0e9b8e-3c2d-4d52-8d0b-1f6f8b7c9a02"
+	_, err = conn.Exec(ctx, `INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at, claims, strikes)
+		VALUES ('t', 'i', $1, 5000, 4999, 2, 1)`, token)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `INSERT INTO worker_queue (tenant_id, id, instance_id, execution_id, activity_id, name, task_queue,
+		visible_at, lock_token, locked_until, created_at) VALUES ('t', $1, 'i', 1, 7, 'a', 'q', 6000, $2, 6000, 1000)`, task, token)
+	require.NoError(t, err)
+
+	cockroach, err := schema.IsCockroach(ctx, conn)
+	require.NoError(t, err)
+	migrations, err := schema.Migrations(cockroach)
+	require.NoError(t, err)
+	var want []string
+	for _, m := range migrations {
+		if newer(m) {
+			want = append(want, m.Version)
+		}
+	}
+	applied, err = schema.Migrate(ctx, conn)
+	require.NoError(t, err)
+	require.Equal(t, want, applied)
+
+	var gotToken string
+	var until, due, claims, strikes int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT lease_token::TEXT, leased_until, due_at, claims, strikes FROM instance_leases
+		WHERE tenant_id = 't' AND instance_id = 'i'`).Scan(&gotToken, &until, &due, &claims, &strikes))
+	require.Equal(t, []any{token, int64(5000), int64(4999), int64(2), int64(1)}, []any{gotToken, until, due, claims, strikes})
+	require.NoError(t, conn.QueryRow(ctx, `SELECT lease_token::TEXT, leased_until FROM worker_queue
+		WHERE tenant_id = 't' AND id = $1`, task).Scan(&gotToken, &until))
+	require.Equal(t, []any{token, int64(6000)}, []any{gotToken, until})
+
+	rows, err := conn.Query(ctx, `SELECT table_name || '.' || column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name <> 'schema_migration_lock'
+			AND (table_name LIKE '%lock%' OR column_name LIKE '%lock%')`)
+	require.NoError(t, err)
+	old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, old, "columns of tables named for locks")
+	rows, err = conn.Query(ctx, `SELECT indexname FROM pg_indexes
+		WHERE schemaname = current_schema() AND indexname LIKE '%lock%'
+			AND indexname NOT IN ('instance_locks_pkey', 'schema_migration_lock_pkey')`)
+	require.NoError(t, err)
+	old, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, old, "indexes named for locks")
 }
 
 func TestDatabaseOnlyMigrationsAreSeparate(t *testing.T) {

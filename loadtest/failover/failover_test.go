@@ -173,8 +173,8 @@ func BenchmarkFailover(b *testing.B) {
 
 // snapshot reads the live leases of the tenant at t.
 func snapshot(b *testing.B, pool *pgxpool.Pool, t time.Time) map[string]held {
-	rows, err := pool.Query(b.Context(), `SELECT instance_id, lock_token::TEXT, locked_until FROM instance_locks
-		WHERE tenant_id = $1 AND locked_until > $2`, tenant, t.UnixMilli())
+	rows, err := pool.Query(b.Context(), `SELECT instance_id, lease_token::TEXT, leased_until FROM instance_leases
+		WHERE tenant_id = $1 AND leased_until > $2`, tenant, t.UnixMilli())
 	require.NoError(b, err)
 	out := map[string]held{}
 	for rows.Next() {
@@ -189,7 +189,7 @@ func snapshot(b *testing.B, pool *pgxpool.Pool, t time.Time) map[string]held {
 
 // snapshotAll reads the leases of ids.
 func snapshotAll(b *testing.B, pool *pgxpool.Pool, ids []string) map[string]held {
-	rows, err := pool.Query(b.Context(), `SELECT instance_id, lock_token::TEXT, locked_until FROM instance_locks
+	rows, err := pool.Query(b.Context(), `SELECT instance_id, lease_token::TEXT, leased_until FROM instance_leases
 		WHERE tenant_id = $1 AND instance_id = ANY($2)`, tenant, ids)
 	require.NoError(b, err)
 	out := map[string]held{}

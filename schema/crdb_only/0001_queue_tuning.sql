@@ -16,4 +16,4 @@ ALTER TABLE orchestrator_queue CONFIGURE ZONE USING gc.ttlseconds = 600;
 
 ALTER TABLE worker_queue CONFIGURE ZONE USING gc.ttlseconds = 600;
 
-ALTER TABLE instance_locks CONFIGURE ZONE USING gc.ttlseconds = 600;
+ALTER TABLE instance_leases CONFIGURE ZONE USING gc.ttlseconds = 600;

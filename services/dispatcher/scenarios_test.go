@@ -112,14 +112,14 @@ func TestKilledDispatchersInstanceWaitsOnlyTheDefaultLease(t *testing.T) {
 
 	s.dieHolding(dispatcher.Config{Loops: 1})
 
-	var lockedUntil int64
-	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT locked_until FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'held'`, tenant).Scan(&lockedUntil))
-	require.Equal(t, claimedAt.Add(dispatcher.DefaultLeaseDuration).UnixMilli(), lockedUntil)
-	require.Less(t, time.UnixMilli(lockedUntil).Sub(claimedAt), 30*time.Second, "the dead dispatcher's lease ends inside the old bound")
+	var leasedUntil int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT leased_until FROM instance_leases WHERE tenant_id = $1 AND instance_id = 'held'`, tenant).Scan(&leasedUntil))
+	require.Equal(t, claimedAt.Add(dispatcher.DefaultLeaseDuration).UnixMilli(), leasedUntil)
+	require.Less(t, time.UnixMilli(leasedUntil).Sub(claimedAt), 30*time.Second, "the dead dispatcher's lease ends inside the old bound")
 
 	s.startDispatcher(s.dispatcher(dispatcher.Config{Loops: 1}))
 	s.worker(echo, "q")
-	s.clock.Advance(time.UnixMilli(lockedUntil).Sub(s.clock.Now()) + time.Millisecond)
+	s.clock.Advance(time.UnixMilli(leasedUntil).Sub(s.clock.Now()) + time.Millisecond)
 	in := s.waitDone("held")
 	require.Equal(t, store.StatusCompleted, in.Status)
 	require.Equal(t, oneActivityHistory, s.history("held", 1))
@@ -348,7 +348,7 @@ func TestDrain(t *testing.T) {
 				// short delay of an abandon), rather than leaving them to
 				// run out: no instance waits for the drained dispatcher.
 				var held int
-				require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM instance_locks WHERE tenant_id = $1 AND locked_until > $2`,
+				require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*) FROM instance_leases WHERE tenant_id = $1 AND leased_until > $2`,
 					tenant, s.clock.Now().Add(time.Second).UnixMilli()).Scan(&held))
 				require.Zero(t, held)
 			} else {
@@ -412,7 +412,7 @@ func TestLongTurnRenewsLeaseAndIsTraced(t *testing.T) {
 			want := s.clock.Now().Add(90 * time.Millisecond).UnixMilli()
 			s.waitFor("the lease to be renewed", func() bool {
 				var until int64
-				require.NoError(t, s.pool.QueryRow(ctx, `SELECT locked_until FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'slow'`, tenant).Scan(&until))
+				require.NoError(t, s.pool.QueryRow(ctx, `SELECT leased_until FROM instance_leases WHERE tenant_id = $1 AND instance_id = 'slow'`, tenant).Scan(&until))
 				return until == want
 			})
 		})
@@ -500,7 +500,7 @@ func TestPoisonInstanceIsFailed(t *testing.T) {
 	require.Equal(t, "the instance's last 3 turns, each run alone, died before they ended (the dispatcher crashed or overran its lease); it is failed rather than run again", in.Error)
 	require.Equal(t, store.StatusCompleted, s.waitDone("healthy").Status, "an instance whose leases lapsed with its dispatcher is not counted")
 	var strikes int64
-	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT strikes FROM instance_locks WHERE tenant_id = $1 AND instance_id = 'healthy'`, tenant).Scan(&strikes))
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT strikes FROM instance_leases WHERE tenant_id = $1 AND instance_id = 'healthy'`, tenant).Scan(&strikes))
 	require.Zero(t, strikes, "the ack clears the strike of a turn that ended")
 }
 
@@ -529,7 +529,7 @@ func TestSuspectsRunAloneAfterAStrike(t *testing.T) {
 		}
 		var strikes int64 = -1 // a suspect acked with others
 		if len(items) == 1 {
-			require.NoError(t, s.pool.QueryRow(ctx, `SELECT strikes FROM instance_locks WHERE tenant_id = $1 AND instance_id = $2`,
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT strikes FROM instance_leases WHERE tenant_id = $1 AND instance_id = $2`,
 				tenant, items[0].Lease.InstanceID).Scan(&strikes))
 		}
 		mu.Lock()
@@ -545,7 +545,7 @@ func TestSuspectsRunAloneAfterAStrike(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, map[string]int64{"i-0": 1, "i-1": 1, "i-2": 1}, acked)
 	var strikes int64
-	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT COALESCE(sum(strikes), 0) FROM instance_locks WHERE tenant_id = $1`, tenant).Scan(&strikes))
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT COALESCE(sum(strikes), 0) FROM instance_leases WHERE tenant_id = $1`, tenant).Scan(&strikes))
 	require.Zero(t, strikes)
 }
 

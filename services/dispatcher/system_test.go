@@ -267,7 +267,7 @@ func (s *system) advanceToNextDue() bool {
 SELECT min(t) FROM (
 	SELECT visible_at AS t FROM orchestrator_queue WHERE visible_at > $1
 	UNION ALL
-	SELECT l.locked_until FROM instance_locks l WHERE l.locked_until > $1
+	SELECT l.leased_until FROM instance_leases l WHERE l.leased_until > $1
 		AND EXISTS (SELECT 1 FROM orchestrator_queue q WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id)
 ) due`, now).Scan(&next))
 	if next == nil {

@@ -51,7 +51,7 @@ var ruleCases = []ruleCase{
 		"CREATE INDEX i ON t (k) USING HASH WITH (bucket_count = 8)"},
 	{"temporary-table", Common, nil, "CREATE TEMP TABLE t (k TEXT PRIMARY KEY)", "CREATE TABLE t (k TEXT PRIMARY KEY)"},
 	{"temporary-table", Common, nil, "CREATE UNLOGGED TABLE t (k TEXT PRIMARY KEY)", "CREATE TABLE t (k TEXT PRIMARY KEY)"},
-	{"system-catalog", Captured, ser, "SELECT * FROM pg_locks", "SELECT * FROM instance_locks"},
+	{"system-catalog", Captured, ser, "SELECT * FROM pg_locks", "SELECT * FROM instance_leases"},
 	{"system-catalog", Captured, ser, "SELECT * FROM pg_catalog.pg_class", "SELECT * FROM public.instances"},
 	{"system-catalog", Captured, ser, "SELECT * FROM crdb_internal.cluster_locks", "SELECT 1"},
 	{"system-catalog", Captured, ser, "SELECT table_name FROM information_schema.tables", "SELECT 1"},

@@ -244,7 +244,7 @@ func newManagementFixture(b *testing.B) *managementFixture {
 	} else {
 		// What autovacuum would do after the load: statistics, and the
 		// visibility map that index-only scans need.
-		for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks", "instance_tags", "instance_counts"} {
+		for _, t := range []string{"tenants", "instances", "executions", "history", "instance_leases", "instance_tags", "instance_counts"} {
 			if _, err = pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
 				break
 			}

@@ -72,7 +72,7 @@ func requireInvariants(t *testing.T, s *Store) {
 // place in the status counters.
 func fabricated(t *testing.T, s *Store) {
 	t.Helper()
-	exec(t, s, `INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	exec(t, s, `INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 		SELECT tenant_id, instance_id, gen_random_uuid(), 0, `+noneDue+` FROM instances
 		ON CONFLICT (tenant_id, instance_id) DO NOTHING`)
 	require.NoError(t, s.RecountInstances(t.Context(), "acme"))
@@ -245,7 +245,7 @@ func TestDeleteRacesWithTurns(t *testing.T) {
 			_, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: "acme", InstanceID: id, Force: true})
 			require.NoError(t, err)
 		}
-		for _, table := range []string{"instances", "executions", "history", "worker_queue", "instance_locks"} {
+		for _, table := range []string{"instances", "executions", "history", "worker_queue", "instance_leases"} {
 			require.Zero(t, count(t, s, "SELECT count(*) FROM "+table), "round %d: %s left behind", round, table)
 		}
 		exec(t, s, `DELETE FROM orchestrator_queue`) // zombie messages, if any, are the fetch's business

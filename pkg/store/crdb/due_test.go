@@ -74,7 +74,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
 			Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning})
 	}()
-	waitForLockWait(t, s, "lease AS (", "instance_locks")
+	waitForLockWait(t, s, "lease AS (", "instance_leases")
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 

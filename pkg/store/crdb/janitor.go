@@ -430,7 +430,7 @@ var tenantTables = []struct{ name, sql string }{
 	{"executions", stmt("EraseExecutions")},
 	{"orchestrator_queue", stmt("EraseOrchestratorQueue")},
 	{"worker_queue", stmt("EraseWorkerQueue")},
-	{"instance_locks", stmt("EraseInstanceLocks")},
+	{"instance_leases", stmt("EraseInstanceLeases")},
 	{"instance_tags", stmt("EraseInstanceTags")},
 	{"instance_prunable", stmt("EraseInstancePrunable")},
 	{"instance_counts", stmt("EraseInstanceCounts")},

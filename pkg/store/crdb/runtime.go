@@ -325,7 +325,7 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 
 // fetchOnce claims instances and reads their turns' inputs in one round
 // trip, as one READ COMMITTED transaction. The claim is a compare-and-set on
-// instance_locks, correct at any isolation level; under SERIALIZABLE on
+// instance_leases, correct at any isolation level; under SERIALIZABLE on
 // PostgreSQL, claims and acks would abort each other on predicate locks of
 // the queue's index pages for no gain. (CockroachDB runs it SERIALIZABLE
 // unless read committed is enabled on the cluster, and is just as correct.)

@@ -201,7 +201,7 @@ func Generate(ctx context.Context, pool *pgxpool.Pool, spec Spec) (Result, error
 					res.Executions += n
 				case "history":
 					res.Events += n
-				case "instance_locks":
+				case "instance_leases":
 					res.Locks += n
 				case "instance_tags":
 					res.Tags += n
@@ -221,7 +221,7 @@ feed:
 		gens = append(gens, g)
 		for lo := 0; lo < spec.InstancesPerTenant; lo += spec.ChunkSize {
 			hi := min(lo+spec.ChunkSize, spec.InstancesPerTenant)
-			for _, table := range []string{"instances", "instance_locks", "instance_tags", "instance_prunable", "executions", "history"} {
+			for _, table := range []string{"instances", "instance_leases", "instance_tags", "instance_prunable", "executions", "history"} {
 				select {
 				case jobs <- job{g: g, table: table, lo: lo, hi: hi}:
 				case <-ctx.Done():
@@ -268,7 +268,7 @@ ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + exc
 // the database would on its own some time after a bulk load. (On
 // PostgreSQL, a VACUUM also sets the visibility map for index-only scans.)
 func Analyze(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_locks", "instance_tags", "instance_prunable", "instance_counts"} {
+	for _, t := range []string{"tenants", "instances", "executions", "history", "instance_leases", "instance_tags", "instance_prunable", "instance_counts"} {
 		if _, err := pool.Exec(ctx, "ANALYZE "+t); err != nil {
 			return fmt.Errorf("datagen: analyze %s: %w", t, err)
 		}
@@ -321,7 +321,7 @@ type Instance struct {
 	CompletedAt   int64 // 0 while running
 	Tags          map[string]string
 	Executions    []Execution
-	lockToken     [16]byte
+	leaseToken    [16]byte
 	childOfTreeNo int // position among its siblings, 1-based; 0 for roots
 }
 
@@ -391,8 +391,8 @@ func (g *gen) instance(i int) Instance {
 			}
 		}
 	}
-	binary.LittleEndian.PutUint64(in.lockToken[:8], r.Uint64())
-	binary.LittleEndian.PutUint64(in.lockToken[8:], r.Uint64())
+	binary.LittleEndian.PutUint64(in.leaseToken[:8], r.Uint64())
+	binary.LittleEndian.PutUint64(in.leaseToken[8:], r.Uint64())
 	in.CreatedAt = s.Start.UnixMilli() + r.Int64N(max(1, s.Spread.Milliseconds()))
 	in.RootID = in.ID
 	if treeSize := 1 + s.ChildrenPerTree; i < s.Trees*treeSize && i%treeSize != 0 {
@@ -478,7 +478,7 @@ var columns = map[string][]string{
 	"instances": {"tenant_id", "instance_id", "name", "version", "current_execution_id", "status", "completed_at",
 		"parent_instance_id", "root_instance_id", "created_at", "updated_at", "input", "tags",
 		"execution_count", "event_count", "deleting"},
-	"instance_locks":    {"tenant_id", "instance_id", "lock_token", "locked_until", "due_at"},
+	"instance_leases":   {"tenant_id", "instance_id", "lease_token", "leased_until", "due_at"},
 	"instance_tags":     {"tenant_id", "instance_id", "tag_key", "tag_value", "created_at"},
 	"instance_prunable": {"tenant_id", "instance_id", "status"},
 	"executions": {"tenant_id", "instance_id", "execution_id", "status", "input", "output", "error",
@@ -531,9 +531,9 @@ func (g *gen) rows(table string, in *Instance, nev int, buf [][]any) [][]any {
 		return append(buf, []any{t, in.ID, in.Name, "1", int64(len(in.Executions)), in.Status, nullMillis(in.CompletedAt),
 			parent, in.RootID, in.CreatedAt, in.UpdatedAt, g.payload, in.tagsJSON(),
 			int64(len(in.Executions)), int64(len(in.Executions) * nev), false})
-	case "instance_locks":
+	case "instance_leases":
 		// No message queued: not due.
-		return append(buf, []any{t, in.ID, in.lockToken, int64(0), int64(math.MaxInt64)})
+		return append(buf, []any{t, in.ID, in.leaseToken, int64(0), int64(math.MaxInt64)})
 	case "instance_tags":
 		for _, k := range g.tagKeys {
 			if v, ok := in.Tags[k]; ok {

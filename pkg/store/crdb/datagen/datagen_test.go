@@ -48,8 +48,8 @@ func TestGenerate(t *testing.T) {
 	require.EqualValues(t, 3000, count(`SELECT count(*) FROM instances`))
 	require.EqualValues(t, 9000, count(`SELECT count(*) FROM executions`))
 	require.EqualValues(t, 36000, count(`SELECT count(*) FROM history`))
-	require.EqualValues(t, 3000, count(`SELECT count(*) FROM instance_locks l JOIN instances i USING (tenant_id, instance_id)
-		WHERE l.locked_until = 0`))
+	require.EqualValues(t, 3000, count(`SELECT count(*) FROM instance_leases l JOIN instances i USING (tenant_id, instance_id)
+		WHERE l.leased_until = 0`))
 
 	// The rows keep every rule the store's own writes keep.
 	s := crdb.New(pool, crdb.Options{})
@@ -105,7 +105,7 @@ func TestGenerate(t *testing.T) {
 	require.EqualValues(t, deleted.InstancesDeleted*3, deleted.ExecutionsDeleted)
 	require.EqualValues(t, deleted.ExecutionsDeleted*4, deleted.EventsDeleted)
 	require.EqualValues(t, 1500-deleted.InstancesDeleted, count(`SELECT count(*) FROM instances WHERE tenant_id = 'b'`))
-	require.EqualValues(t, 1500-deleted.InstancesDeleted, count(`SELECT count(*) FROM instance_locks WHERE tenant_id = 'b'`))
+	require.EqualValues(t, 1500-deleted.InstancesDeleted, count(`SELECT count(*) FROM instance_leases WHERE tenant_id = 'b'`))
 	require.EqualValues(t, 2*(1500-deleted.InstancesDeleted), count(`SELECT count(*) FROM instance_tags WHERE tenant_id = 'b'`))
 	counts, err = s.CountInstances(ctx, &store.CountInstancesParams{TenantID: "b"})
 	require.NoError(t, err)

@@ -37,13 +37,13 @@
 -- written (the release reads what a turn's own instance has left). A wake
 -- for a turn that turns out not to hold costs one needless claim.
 WITH locked AS (
-	SELECT o.instance_id FROM instance_locks o
+	SELECT o.instance_id FROM instance_leases o
 	WHERE o.tenant_id = @tenant_id AND o.instance_id = ANY(@wake_instance_ids::TEXT[])
 	ORDER BY o.instance_id
 	FOR UPDATE
 )
-UPDATE instance_locks l
-SET due_at = LEAST(l.due_at, @now + w.delay, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE @now + w.delay END)
+UPDATE instance_leases l
+SET due_at = LEAST(l.due_at, @now + w.delay, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now + w.delay END)
 FROM unnest(@wake_instance_ids::TEXT[], @wake_delays::INT8[]) AS w (instance_id, delay)
 WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@wake_instance_ids::TEXT[]) AND l.instance_id = w.instance_id
 	AND w.delay >= 0 AND l.instance_id IN (SELECT instance_id FROM locked);
@@ -55,9 +55,9 @@ WITH turns AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[])
 		AS t (instance_id, token, execution_id)
 ), pinned_lease AS (
-	SELECT l.instance_id FROM instance_locks l
-	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lock_token
-	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.locked_until > @now
+	SELECT l.instance_id FROM instance_leases l
+	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lease_token
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.leased_until > @now
 	ORDER BY l.instance_id
 	FOR UPDATE OF l
 ), turn AS (
@@ -79,9 +79,9 @@ WITH turns AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[])
 		AS t (instance_id, token, execution_id)
 ), pinned_lease AS (
-	SELECT l.instance_id FROM instance_locks l
-	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lock_token
-	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.locked_until > @now
+	SELECT l.instance_id FROM instance_leases l
+	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lease_token
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.leased_until > @now
 	ORDER BY l.instance_id
 	FOR UPDATE OF l
 ), turn AS (
@@ -116,9 +116,9 @@ WITH turns AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[])
 		AS t (instance_id, token, execution_id)
 ), pinned_lease AS (
-	SELECT l.instance_id FROM instance_locks l
-	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lock_token
-	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.locked_until > @now
+	SELECT l.instance_id FROM instance_leases l
+	JOIN turns t ON t.instance_id = l.instance_id AND t.token = l.lease_token
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND l.leased_until > @now
 	ORDER BY l.instance_id
 	FOR UPDATE OF l
 ), turn AS (
@@ -164,10 +164,10 @@ WITH turns AS (
 		AS t (instance_id, token, execution_id)
 ), turn AS (
 	SELECT t.instance_id FROM turns t
-	JOIN instance_locks l ON l.tenant_id = @tenant_id AND l.instance_id = t.instance_id AND l.lock_token = t.token
+	JOIN instance_leases l ON l.tenant_id = @tenant_id AND l.instance_id = t.instance_id AND l.lease_token = t.token
 	JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = t.instance_id
 	WHERE l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND l.locked_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
+		AND l.leased_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
 ), tasks AS (
 	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
 		input, attempt, visible_at, created_at)
@@ -205,10 +205,10 @@ WITH turns AS (
 		AS t (instance_id, token, execution_id)
 ), turn AS (
 	SELECT t.instance_id FROM turns t
-	JOIN instance_locks l ON l.tenant_id = @tenant_id AND l.instance_id = t.instance_id AND l.lock_token = t.token
+	JOIN instance_leases l ON l.tenant_id = @tenant_id AND l.instance_id = t.instance_id AND l.lease_token = t.token
 	JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = t.instance_id
 	WHERE l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND l.locked_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
+		AND l.leased_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
 ), c AS (
 	SELECT * FROM unnest(@child_parents::TEXT[], @child_parent_execution_ids::INT8[], @child_instance_ids::TEXT[],
 		@child_names::TEXT[], @child_versions::TEXT[], @child_inputs::BYTEA[], @child_tags::TEXT[],
@@ -229,9 +229,9 @@ WITH turns AS (
 	SELECT @tenant_id, c.instance_id, 1, 'Running', c.input, @now FROM c WHERE c.instance_id IN (SELECT instance_id FROM created)
 	RETURNING 1
 ), leases AS (
-	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 	SELECT @tenant_id, instance_id, gen_random_uuid(), 0, @now FROM created
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -266,7 +266,7 @@ WITH t AS (
 		AS t (instance_id, token, execution_id, status, output, error, completed_at,
 			events, instance_status, instance_completed_at, current_execution_id, new_executions)
 ), locked AS (
-	SELECT o.instance_id FROM instance_locks o
+	SELECT o.instance_id FROM instance_leases o
 	WHERE o.tenant_id = @tenant_id AND o.instance_id = ANY(@turn_instance_ids::TEXT[])
 	ORDER BY o.instance_id
 	FOR UPDATE
@@ -274,20 +274,20 @@ WITH t AS (
 	-- Due at the earliest message the turn leaves (its own sends, which
 	-- the statements before wrote, included), by the rule of the release
 	-- (AbandonOrchestrationItem in runtime.sql): a message that came in
-	-- while leased lowered due_at below locked_until. A turn that names
+	-- while leased lowered due_at below leased_until. A turn that names
 	-- another execution than the current one writes nothing and consumes
 	-- nothing: its lease goes, due at its earliest message.
-	UPDATE instance_locks l SET locked_until = 0, claims = 0, strikes = 0, due_at = CASE
+	UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = CASE
 		WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = @tenant_id AND c.instance_id = t.instance_id
 			AND c.current_execution_id = t.execution_id AND NOT c.deleting)
-		THEN CASE WHEN l.due_at < l.locked_until
+		THEN CASE WHEN l.due_at < l.leased_until
 			THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND NOT (q.id = ANY(@consumed_message_ids::UUID[]))),
 				9223372036854775807))
 			ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND NOT (q.id = ANY(@consumed_message_ids::UUID[]))),
 				9223372036854775807) END
-		ELSE CASE WHEN l.due_at < l.locked_until
+		ELSE CASE WHEN l.due_at < l.leased_until
 			THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
 			ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
@@ -295,7 +295,7 @@ WITH t AS (
 		END
 	FROM t
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND l.instance_id = t.instance_id AND l.lock_token = t.token AND l.locked_until > @now
+		AND l.instance_id = t.instance_id AND l.lease_token = t.token AND l.leased_until > @now
 		AND l.instance_id IN (SELECT instance_id FROM locked)
 	RETURNING l.instance_id
 ), instance AS (

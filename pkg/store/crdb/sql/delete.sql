@@ -32,7 +32,7 @@ WITH h AS (
 ), wq AS (
 	DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND instance_id = ANY(@worker_queued::TEXT[]) RETURNING 1
 ), l AS (
-	DELETE FROM instance_locks WHERE tenant_id = @tenant_id AND instance_id = ANY(@ids::TEXT[]) RETURNING 1
+	DELETE FROM instance_leases WHERE tenant_id = @tenant_id AND instance_id = ANY(@ids::TEXT[]) RETURNING 1
 ), tg AS (
 	DELETE FROM instance_tags WHERE tenant_id = @tenant_id AND instance_id = ANY(@tagged::TEXT[]) RETURNING 1
 ), pr AS (
@@ -82,7 +82,7 @@ WITH hide AS (
 	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
 	RETURNING 1
 ), l AS (
-	DELETE FROM instance_locks WHERE tenant_id = @tenant_id AND instance_id = @instance_id RETURNING 1
+	DELETE FROM instance_leases WHERE tenant_id = @tenant_id AND instance_id = @instance_id RETURNING 1
 ), oq AS (
 	DELETE FROM orchestrator_queue WHERE (tenant_id, instance_id, id) IN (
 		SELECT tenant_id, instance_id, id FROM orchestrator_queue

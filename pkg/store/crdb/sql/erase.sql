@@ -20,9 +20,9 @@ DELETE FROM orchestrator_queue WHERE tenant_id = @tenant_id AND (instance_id, id
 DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id IN (
 	SELECT id FROM worker_queue WHERE tenant_id = @tenant_id LIMIT @limit);
 
--- name: EraseInstanceLocks
-DELETE FROM instance_locks WHERE tenant_id = @tenant_id AND instance_id IN (
-	SELECT instance_id FROM instance_locks WHERE tenant_id = @tenant_id LIMIT @limit);
+-- name: EraseInstanceLeases
+DELETE FROM instance_leases WHERE tenant_id = @tenant_id AND instance_id IN (
+	SELECT instance_id FROM instance_leases WHERE tenant_id = @tenant_id LIMIT @limit);
 
 -- name: EraseInstanceTags
 DELETE FROM instance_tags WHERE tenant_id = @tenant_id AND (instance_id, tag_key) IN (

@@ -69,18 +69,18 @@ WHERE NOT i.deleting AND NOT e.deleting AND (
 -- (1) an instance with a message visible at v is due by v, or by the end
 -- of its lease; (2) a leased row is due when its lease ends, earlier only
 -- because a message came during the lease (an enqueue lowers due_at below
--- locked_until, to at most the message's visible_at), and (3) later only
+-- leased_until, to at most the message's visible_at), and (3) later only
 -- after an abandon with a delay, then at its earliest message (or never,
 -- with none).
-SELECT l.tenant_id, l.instance_id, l.due_at, l.locked_until, q.first_visible, q.last_visible
-FROM instance_locks l
+SELECT l.tenant_id, l.instance_id, l.due_at, l.leased_until, q.first_visible, q.last_visible
+FROM instance_leases l
 LEFT JOIN (
 	SELECT tenant_id, instance_id, min(visible_at) AS first_visible, max(visible_at) AS last_visible
 	FROM orchestrator_queue GROUP BY tenant_id, instance_id
 ) q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-WHERE l.due_at > GREATEST(COALESCE(q.first_visible, 9223372036854775807), l.locked_until)
-	OR (l.locked_until > 0 AND l.due_at < l.locked_until AND COALESCE(q.last_visible, -1) < l.due_at)
-	OR (l.locked_until > 0 AND l.due_at > l.locked_until
+WHERE l.due_at > GREATEST(COALESCE(q.first_visible, 9223372036854775807), l.leased_until)
+	OR (l.leased_until > 0 AND l.due_at < l.leased_until AND COALESCE(q.last_visible, -1) < l.due_at)
+	OR (l.leased_until > 0 AND l.due_at > l.leased_until
 		AND l.due_at <> COALESCE(q.first_visible, 9223372036854775807));
 
 -- name: InvariantTags
@@ -118,12 +118,12 @@ UNION ALL
 SELECT 'activity task without instance', w.tenant_id, w.instance_id FROM worker_queue w
 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = w.tenant_id AND i.instance_id = w.instance_id)
 UNION ALL
-SELECT 'lease without instance', l.tenant_id, l.instance_id FROM instance_locks l
+SELECT 'lease without instance', l.tenant_id, l.instance_id FROM instance_leases l
 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id)
 UNION ALL
 SELECT 'instance without lease', i.tenant_id, i.instance_id FROM instances i
 WHERE NOT i.deleting
-	AND NOT EXISTS (SELECT 1 FROM instance_locks l WHERE l.tenant_id = i.tenant_id AND l.instance_id = i.instance_id)
+	AND NOT EXISTS (SELECT 1 FROM instance_leases l WHERE l.tenant_id = i.tenant_id AND l.instance_id = i.instance_id)
 UNION ALL
 SELECT 'child without parent', c.tenant_id, c.instance_id FROM instances c
 WHERE c.parent_instance_id IS NOT NULL

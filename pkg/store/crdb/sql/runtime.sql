@@ -15,7 +15,7 @@
 --   - A release (ack, abandon) sets it to the earliest message left, read in
 --     its own statement. A message enqueued meanwhile may be missing from
 --     that read, so an enqueue onto a row with a lease also lowers due_at
---     below locked_until, which a claim, a renewal and a release never do:
+--     below leased_until, which a claim, a renewal and a release never do:
 --     the release sees it (after waiting for the enqueue's row lock, it
 --     reads the row anew) and keeps the lower value. A wrong guess costs one
 --     claim that finds nothing visible and abandons, which sets due_at
@@ -37,10 +37,10 @@ WITH i AS (
 	SELECT @tenant_id, instance_id, 1, 'Running', @input, @now FROM i
 	RETURNING instance_id
 ), l AS (
-	INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 	SELECT @tenant_id, instance_id, gen_random_uuid(), 0, @now FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lock_token = excluded.lock_token, locked_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
+		SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -72,8 +72,8 @@ WITH target AS (
 	WHERE status NOT IN ('Completed', 'Failed', 'Cancelled')
 	RETURNING id, instance_id
 ), woken AS (
-	UPDATE instance_locks l
-	SET due_at = LEAST(l.due_at, @visible_at, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE @visible_at END)
+	UPDATE instance_leases l
+	SET due_at = LEAST(l.due_at, @visible_at, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @visible_at END)
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM m)
 	RETURNING 1
 )
@@ -113,21 +113,21 @@ LIMIT @limit;
 -- statement, and returns their ids (LeasedInputs then reads them). It locks
 -- the first due rows in order, skipping rows another claim is taking (SKIP
 -- LOCKED: claims never queue behind each other), and takes them by
--- compare-and-set (locked_until <= @now), which alone makes it correct. A
+-- compare-and-set (leased_until <= @now), which alone makes it correct. A
 -- claimed row is due when its lease ends. (The index holds only rows with
 -- something due; "due_at < 9223372036854775807" says so to a plan made
 -- without knowing the tenant.)
 WITH due AS (
-	SELECT l.instance_id FROM instance_locks l
-	WHERE l.tenant_id = @tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807 AND l.locked_until <= @now
+	SELECT l.instance_id FROM instance_leases l
+	WHERE l.tenant_id = @tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807 AND l.leased_until <= @now
 	ORDER BY l.due_at
 	LIMIT @max
 	FOR UPDATE SKIP LOCKED
 ), claimed AS (
 	-- By key, from an array: joined with due, the update would be planned
 	-- as a hash join over a scan of every lease row of the table.
-	UPDATE instance_locks l SET lock_token = @token, locked_until = @until, due_at = @until, claims = l.claims + 1
-	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due)) AND l.locked_until <= @now
+	UPDATE instance_leases l SET lease_token = @token, leased_until = @until, due_at = @until, claims = l.claims + 1
+	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due)) AND l.leased_until <= @now
 	RETURNING l.tenant_id, l.instance_id
 )
 SELECT c.tenant_id, c.instance_id FROM claimed c;
@@ -145,35 +145,35 @@ WITH pick AS (
 		(SELECT t.tenant_id FROM tenants t
 		 WHERE t.tenant_id > @after AND t.state = 'active' AND EXISTS (
 			SELECT 1 FROM (
-				SELECT l.locked_until FROM instance_locks l
+				SELECT l.leased_until FROM instance_leases l
 				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807
 				ORDER BY l.due_at
 				LIMIT 512) w
-			WHERE w.locked_until <= @now)
+			WHERE w.leased_until <= @now)
 		 ORDER BY t.tenant_id LIMIT 1)
 		UNION ALL
 		(SELECT t.tenant_id FROM tenants t
 		 WHERE t.tenant_id <= @after AND t.state = 'active' AND EXISTS (
 			SELECT 1 FROM (
-				SELECT l.locked_until FROM instance_locks l
+				SELECT l.leased_until FROM instance_leases l
 				WHERE l.tenant_id = t.tenant_id AND l.due_at <= @now AND l.due_at < 9223372036854775807
 				ORDER BY l.due_at
 				LIMIT 512) w
-			WHERE w.locked_until <= @now)
+			WHERE w.leased_until <= @now)
 		 ORDER BY t.tenant_id LIMIT 1)
 	) rr
 	LIMIT 1
 ), due AS (
-	SELECT l.instance_id FROM instance_locks l
+	SELECT l.instance_id FROM instance_leases l
 	WHERE l.tenant_id = (SELECT tenant_id FROM pick) AND l.due_at <= @now AND l.due_at < 9223372036854775807
-		AND l.locked_until <= @now
+		AND l.leased_until <= @now
 	ORDER BY l.due_at
 	LIMIT @max
 	FOR UPDATE SKIP LOCKED
 ), claimed AS (
-	UPDATE instance_locks l SET lock_token = @token, locked_until = @until, due_at = @until, claims = l.claims + 1
+	UPDATE instance_leases l SET lease_token = @token, leased_until = @until, due_at = @until, claims = l.claims + 1
 	WHERE l.tenant_id = (SELECT tenant_id FROM pick) AND l.instance_id = ANY(ARRAY(SELECT instance_id FROM due))
-		AND l.locked_until <= @now
+		AND l.leased_until <= @now
 	RETURNING l.tenant_id, l.instance_id
 )
 SELECT c.tenant_id, c.instance_id FROM claimed c;
@@ -194,7 +194,7 @@ SELECT l.tenant_id, l.instance_id, l.claims, l.strikes, i.instance_id IS NOT NUL
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
 	h.ids, h.kinds, h.payloads, h.created,
 	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created
-FROM instance_locks l
+FROM instance_leases l
 LEFT JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id AND NOT i.deleting
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
@@ -213,19 +213,19 @@ LEFT JOIN LATERAL (
 		ORDER BY q.visible_at, q.created_at, q.id
 		LIMIT @max_messages) q
 ) m ON true
-WHERE l.lock_token = @token;
+WHERE l.lease_token = @token;
 
 -- name: ReleaseFailedClaim
 -- Lets go of the leases a fetch may hold when reading its results failed
 -- after COMMIT was sent: due at once, whoever claims them next sorts out
 -- what they hold.
-UPDATE instance_locks SET locked_until = 0, due_at = 0 WHERE lock_token = @token;
+UPDATE instance_leases SET leased_until = 0, due_at = 0 WHERE lease_token = @token;
 
 -- name: FindZombieTenant
 -- A tenant with a visible message of an instance that has no lease row
 -- (it was deleted): a zombie message.
 SELECT q.tenant_id FROM orchestrator_queue q
-WHERE q.visible_at <= @now AND NOT EXISTS (SELECT 1 FROM instance_locks l
+WHERE q.visible_at <= @now AND NOT EXISTS (SELECT 1 FROM instance_leases l
 	WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id)
 LIMIT 1;
 
@@ -233,7 +233,7 @@ LIMIT 1;
 -- Leases, for a tenant, one instance among the oldest visible messages
 -- (@window entries) that has no lease row: its messages outlived it. The
 -- fetch then consumes them.
-INSERT INTO instance_locks (tenant_id, instance_id, lock_token, locked_until, due_at)
+INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 SELECT @tenant_id, w.instance_id, @token, @until, @until FROM (
 	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
 	WHERE q.tenant_id = @tenant_id
@@ -241,16 +241,16 @@ SELECT @tenant_id, w.instance_id, @token, @until, @until FROM (
 	LIMIT @window
 ) w
 WHERE w.visible_at <= @now
-	AND NOT EXISTS (SELECT 1 FROM instance_locks l WHERE l.tenant_id = @tenant_id AND l.instance_id = w.instance_id)
+	AND NOT EXISTS (SELECT 1 FROM instance_leases l WHERE l.tenant_id = @tenant_id AND l.instance_id = w.instance_id)
 LIMIT 1
 ON CONFLICT (tenant_id, instance_id) DO NOTHING
 RETURNING tenant_id, instance_id;
 
 -- name: ZombieMessages
 -- The visible messages of the zombie ClaimZombie leased.
-SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_locks l
+SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_leases l
 JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-WHERE l.tenant_id = @tenant_id AND l.lock_token = @token AND q.visible_at <= @now
+WHERE l.tenant_id = @tenant_id AND l.lease_token = @token AND q.visible_at <= @now
 LIMIT @max_messages;
 
 -- name: ConsumeZombies
@@ -263,38 +263,38 @@ WITH consumed AS (
 			WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting)
 	RETURNING id
 )
-DELETE FROM instance_locks WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token;
+DELETE FROM instance_leases WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token;
 
 -- name: RenewOrchestrationLease
 -- Extends a live lease by compare-and-set; due when the lease ends, unless
 -- a message came during it.
-UPDATE instance_locks l SET locked_until = @until,
-	due_at = CASE WHEN l.due_at < l.locked_until THEN l.due_at ELSE @until END
-WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
+UPDATE instance_leases l SET leased_until = @until,
+	due_at = CASE WHEN l.due_at < l.leased_until THEN l.due_at ELSE @until END
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token AND leased_until > @now;
 
 -- name: StrikeOrchestrationLease
 -- Counts, under a live lease, the turn about to run alone (see strikes in
 -- migration 0017), and returns the count.
-UPDATE instance_locks SET strikes = strikes + 1
-WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now
+UPDATE instance_leases SET strikes = strikes + 1
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token AND leased_until > @now
 RETURNING strikes;
 
 -- name: AbandonOrchestrationItem
 -- Releases a live lease: due at the earliest message left (or earlier, when
 -- a message came during the lease).
-UPDATE instance_locks l SET locked_until = 0, claims = 0, strikes = 0, due_at = CASE
-	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = CASE
+	WHEN l.due_at < l.leased_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
 	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END
-WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token AND leased_until > @now;
 
 -- name: AbandonOrchestrationItemWithDelay
 -- Releases a live lease into one nobody holds (@new_token) until @until:
 -- not due before the delay ends.
-UPDATE instance_locks l SET lock_token = @new_token, locked_until = @until, claims = 0, strikes = 0, due_at = GREATEST(CASE
-	WHEN l.due_at < l.locked_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+UPDATE instance_leases l SET lease_token = @new_token, leased_until = @until, claims = 0, strikes = 0, due_at = GREATEST(CASE
+	WHEN l.due_at < l.leased_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
 	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END, @until)
-WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lock_token = @token AND locked_until > @now;
+WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token AND leased_until > @now;

@@ -1,14 +1,14 @@
 -- Activity tasks (worker_queue): fetch, renew, ack, abandon. A leased task
--- has visible_at = locked_until: the fetch predicate is then visible_at
+-- has visible_at = leased_until: the fetch predicate is then visible_at
 -- alone, and a lapsed lease makes the task visible again. Every statement
--- is a compare-and-set on the task's row (lock_token), atomic at any
+-- is a compare-and-set on the task's row (lease_token), atomic at any
 -- isolation level; they run READ COMMITTED, which spares them serialization
 -- failures against turns that only share index pages.
 
 -- name: ClaimWorkForTenant
 -- The oldest visible task of a task queue of one tenant, skipping the rows
 -- other claims are taking.
-UPDATE worker_queue SET lock_token = @token, locked_until = @until, visible_at = @until
+UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
 WHERE tenant_id = @tenant_id AND id = (
 	SELECT q.id FROM worker_queue q
 	WHERE q.tenant_id = @tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now
@@ -29,7 +29,7 @@ WITH pick AS (
 	ORDER BY t.tenant_id <= @after, t.tenant_id
 	LIMIT 1
 )
-UPDATE worker_queue SET lock_token = @token, locked_until = @until, visible_at = @until
+UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
 WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = (
 	SELECT q.id FROM worker_queue q
 	WHERE q.tenant_id = (SELECT tenant_id FROM pick) AND q.task_queue = @task_queue AND q.visible_at <= @now
@@ -40,12 +40,12 @@ WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = (
 RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
 
 -- name: RenewWork
-UPDATE worker_queue SET locked_until = @until, visible_at = @until
-WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token AND locked_until > @now;
+UPDATE worker_queue SET leased_until = @until, visible_at = @until
+WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token AND leased_until > @now;
 
 -- name: AckWork
 -- A task that ends without a result for its instance.
-DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token;
+DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token;
 
 -- name: AckWorkWithResult
 -- Deletes the task and enqueues its result for the instance, which it makes
@@ -56,16 +56,16 @@ DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_toke
 -- condition on the wake is evaluated once, before the delete reads a row.
 -- The wake writes the row even when due_at stays as it is (see Enqueue in
 -- runtime.sql), and while the row has a lease it lowers due_at below
--- locked_until, which tells the release that a message came in.
+-- leased_until, which tells the release that a message came in.
 WITH task AS (
-	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token
+	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token
 ), woken AS (
-	UPDATE instance_locks l
-	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.locked_until > 0 THEN l.locked_until - 1 ELSE @now END)
+	UPDATE instance_leases l
+	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END)
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM task)
 	RETURNING 1
 ), done AS (
-	DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token
+	DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token
 		AND (SELECT count(*) FROM woken) >= 0
 	RETURNING instance_id, execution_id
 )
@@ -73,5 +73,5 @@ INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payl
 SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now FROM done;
 
 -- name: AbandonWork
-UPDATE worker_queue SET lock_token = NULL, locked_until = NULL, visible_at = @visible_at
-WHERE tenant_id = @tenant_id AND id = @id AND lock_token = @token;
+UPDATE worker_queue SET lease_token = NULL, leased_until = NULL, visible_at = @visible_at
+WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token;

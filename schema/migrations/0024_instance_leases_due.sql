@@ -1,0 +1,2 @@
+-- migrate: one transaction
+ALTER INDEX instance_locks_due RENAME TO instance_leases_due;
