@@ -47,9 +47,9 @@ type inBatch struct{}
 
 // benchPoolSize bounds the connections of the orchestration benchmark's pool
 // (plus two): more callers than that share them, as the dispatchers of a
-// process share a pool sized for the database. On this 2-core server, 16
-// connections running claims and acks at once make 4.3k cycles/s; 6 make
-// 5.7k: past the cores, more statements in flight only contend.
+// process share a pool sized for the database: past the cores, more
+// statements in flight only contend
+// (docs/decisions/store-bench-pool-size.md).
 const benchPoolSize = 4
 
 func benchStore(b *testing.B, conns int32) (*crdb.Store, *roundTrips, string) {

@@ -37,9 +37,9 @@ const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_i
 // customPlan runs a statement built from a filter with its arguments
 // bound before planning (an unnamed statement, QueryExecModeExec), so the
 // plan fits the values: a prepared statement's generic plan, chosen once
-// for every value, scanned 27,000 instances for a one-day completion range
-// that a plan knowing the day reads 150 for. Arguments must then have
-// types pgx infers from Go: strings, int64, []string.
+// for every value, reads far more than a page for a selective range
+// (docs/decisions/store-listings-plan-with-values.md). Arguments must then
+// have types pgx infers from Go: strings, int64, []string.
 func customPlan(args pgx.StrictNamedArgs) []any {
 	return []any{pgx.QueryExecModeExec, args}
 }

@@ -43,9 +43,8 @@ const zombieWindow = 32
 // in one statement, at READ COMMITTED: the statement is atomic at any level,
 // and starts of distinct instances share only a status counter shard, whose
 // increment (ON CONFLICT DO UPDATE) then waits for a concurrent one and adds
-// to what it committed. Under SERIALIZABLE that same wait ends in a
-// serialization failure, and 32 clients starting at once ran some starts
-// out of attempts.
+// to what it committed, where under SERIALIZABLE it would end in a
+// serialization failure (docs/decisions/store-read-committed-runtime.md).
 func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrationParams) (*store.StartOrchestrationResult, error) {
 	if p.TenantID == "" || p.InstanceID == "" || p.Name == "" {
 		return nil, invalid("tenant id, instance id and name are required")
