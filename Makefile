@@ -14,7 +14,7 @@ COMMIT      ?= $(shell git rev-parse --verify -q HEAD || echo unknown)
 BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos definition-schema
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -54,6 +54,12 @@ ci: lint test
 crdb-check:
 	cd tools/crdbcheck && $(GO) vet . && $(GO) test -count=1 . && \
 		$(GO) run . $(if $(ORCHARD_SQL_CAPTURE),-captured $(abspath $(ORCHARD_SQL_CAPTURE)))
+
+# The JSON Schema of the definition language (docs/definition.schema.json),
+# generated from the types definitions decode into (pkg/engine/language.go).
+# It is checked in; `make test` fails when it is stale.
+definition-schema:
+	$(GO) generate ./pkg/engine/
 
 # API code generation (proto/). buf and its plugins run through `go run` at
 # pinned versions (buf here, the plugins in proto/buf.gen.yaml), so nothing

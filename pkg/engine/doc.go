@@ -24,6 +24,11 @@
 //
 // # The language
 //
+// The types of language.go are the language as written: documents decode into them
+// (decode.go), keys that name no field included as errors, and the JSON Schema in
+// docs/definition.schema.json is generated from them (schema_test.go checks it is
+// current and that every definition in the repository validates against it).
+//
 // A definition has a name, a version, a list of steps and an optional output. Steps run
 // in order. Each step may have an id (so that expressions can read steps.<id>.output and
 // steps.<id>.error), a condition (if), continue_on_error (record a failure in

@@ -41,7 +41,7 @@ type stepSpec struct {
 	ForEach          *forEachSpec          `json:"for_each,omitempty" orchard:"action" jsonschema_description:"Runs steps once per item of a list."`
 	Set              *variables            `json:"set,omitempty" orchard:"action" jsonschema_description:"Sets variables (vars.<name>) from values and expressions."`
 	Fail             *message              `json:"fail,omitempty" orchard:"action" jsonschema_description:"Fails the enclosing steps with a message."`
-	ContinueAsNew    *continueAsNewSpec    `json:"continue_as_new,omitempty" orchard:"action" jsonschema_description:"Ends the execution and starts the next one of the same instance with a new input."`
+	ContinueAsNew    *continueAsNewSpec    `json:"continue_as_new,omitempty" orchard:"action" jsonschema:"nullable" jsonschema_description:"Ends the execution and starts the next one of the same instance with a new input."`
 	Return           *Value                `json:"return,omitempty" orchard:"action" jsonschema_description:"Ends the execution with this output."`
 
 	path string
