@@ -128,7 +128,10 @@ func TestSystemJanitor(t *testing.T) {
 	}
 	require.Equal(t, preview.Instances, run.InstancesDeleted)
 	require.Equal(t, preview.Events, run.EventsDeleted)
-	require.True(t, run.Triggered)
+	// The sweep the janitor runs as it starts may come late on a loaded
+	// machine, after the policy was set: it then queued this tenant's run
+	// first, and the trigger found that one queued.
+	require.Equal(t, queued == 1, run.Triggered, "the run is the triggered one unless the trigger found one queued")
 	n, err := c.Count(ctx, sdk.Filter{})
 	require.NoError(t, err)
 	require.Zero(t, n.Total)
