@@ -300,7 +300,13 @@ var errNoWork = errors.New("no work")
 
 // fetchAndRun fetches a batch and runs it.
 func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
-	items, err := d.cfg.Store.FetchOrchestrationItems(turnCtx, &store.FetchOrchestrationItemsParams{
+	// A fetch in flight when a drain's deadline passes runs to its end, and
+	// its turns are then abandoned: cut short, its claim could still commit
+	// in the database after the store let go of what it leased, and the
+	// instances would wait for the leases to run out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(turnCtx), d.cfg.LeaseDuration)
+	defer cancel()
+	items, err := d.cfg.Store.FetchOrchestrationItems(ctx, &store.FetchOrchestrationItemsParams{
 		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: d.cfg.TenantID, LeaseDuration: d.cfg.LeaseDuration},
 		Max:                          d.cfg.Batch,
 	})
