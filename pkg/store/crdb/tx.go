@@ -44,12 +44,14 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // inBatchTx runs a transaction whose statements all travel to the server in
-// one round trip: BEGIN ISOLATION LEVEL iso, the statements build queues, and
-// COMMIT, pipelined as one batch. read consumes the results of the queued
-// statements, in order. A failing statement aborts the transaction (the
-// server skips the rest of the pipeline, COMMIT included) and a failure at
-// COMMIT is reported as such; serialization failures and deadlocks run the
-// whole transaction again, like inTx.
+// one round trip: the batch begins the transaction (pgx's Batch.BeginTx,
+// at isolation iso), carries the statements build queues, and ends with
+// COMMIT. read consumes the results of the queued statements, in order. A
+// failing statement aborts the transaction (the server skips the rest of
+// the batch, COMMIT included; the transaction is rolled back) and a failure
+// at COMMIT is reported as such; serialization failures and deadlocks run
+// the whole transaction again, like inTx. COMMIT is queued rather than sent
+// by Tx.Commit, which would cost a round trip of its own.
 //
 // Because COMMIT is already on its way, the statements must be written so
 // that committing them is always right: a statement whose precondition may
@@ -64,7 +66,7 @@ func (s *Store) inBatchTx(ctx context.Context, iso pgx.TxIsoLevel, build func(b 
 		}
 		defer conn.Release()
 		b := &pgx.Batch{}
-		b.Queue("BEGIN ISOLATION LEVEL " + strings.ToUpper(string(iso)))
+		b.BeginTx(pgx.TxOptions{IsoLevel: iso})
 		build(b)
 		b.Queue("COMMIT")
 		br := conn.SendBatch(ctx, b)
@@ -83,9 +85,10 @@ func (s *Store) inBatchTx(ctx context.Context, iso pgx.TxIsoLevel, build func(b 
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = closeErr
 		}
-		if err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
-			// The failed transaction is still open on this connection.
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		if err != nil {
+			// Open (aborted) when a statement failed; already closed
+			// (ErrTxClosed) when the batch ended it, committed or not.
+			_ = br.Tx().Rollback(context.WithoutCancel(ctx))
 		}
 		return err
 	})

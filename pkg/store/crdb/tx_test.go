@@ -183,6 +183,44 @@ func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
 	require.Zero(t, v, "a closure's error must roll its writes back")
 }
 
+// A batch transaction is all or nothing: a statement that fails leaves
+// none of the batch's writes; a batch that succeeds commits them all.
+func TestInBatchTxIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, Options{})
+	err := s.inBatchTx(t.Context(), pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(`UPDATE counters SET v = 7 WHERE k = 'x'`)
+		b.Queue(`INSERT INTO counters VALUES ('x', 1)`)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code, "the duplicate key")
+	var ce *commitError
+	require.False(t, errors.As(err, &ce), "a statement failed, not the COMMIT")
+
+	var v int64
+	err = s.inBatchTx(t.Context(), pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(`SELECT v FROM counters WHERE k = 'x'`)
+		b.Queue(`UPDATE counters SET v = v + 1 WHERE k = 'x'`)
+	}, func(br pgx.BatchResults) error {
+		if err := br.QueryRow().Scan(&v); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	})
+	require.NoError(t, err)
+	require.Zero(t, v, "the failed batch's update was rolled back")
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
+	require.Equal(t, int64(1), v, "the second batch committed")
+}
+
 // A database that cannot be reached is store.ErrUnavailable, for the API to
 // answer Unavailable without knowing the driver; a cancelled call is not.
 func TestUnreachableIsUnavailable(t *testing.T) {
