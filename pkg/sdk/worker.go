@@ -22,6 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+
+	"github.com/orchardhq/orchard/internal/traceparent"
 )
 
 // Worker runs a tenant's activities: it polls one task queue, runs the
@@ -417,9 +419,10 @@ func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
 		slog.String("activity", info.Name), slog.Int("attempt", info.Attempt))
 	ctx, cancel := context.WithCancelCause(context.WithValue(base, activityInfoKey{}, info))
 	defer cancel(nil)
-	// The handler runs in a span of its own; the calls it makes through an
-	// SDK client carry it on.
-	ctx, span := w.client.tracer.Start(ctx, "orchard.activity "+info.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+	// The handler runs in a span of its own, in the trace of the turn that
+	// scheduled the task; the calls it makes through an SDK client, and the
+	// report of its outcome, carry it on.
+	ctx, span := w.client.tracer.Start(traceparent.Context(ctx, t.GetTraceparent()), "orchard.activity "+info.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("orchard.task_queue", info.TaskQueue), attribute.String("orchard.instance", info.InstanceID),
 			attribute.Int64("orchard.activity_id", info.ActivityID), attribute.Int("orchard.attempt", info.Attempt)))
 	defer span.End()
@@ -451,7 +454,7 @@ func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
 		log.Info("sdk: handler cancelled by the worker's stop; the task is left to its lease", slog.Any("error", err))
 		return
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(base), w.reportTimeout)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.reportTimeout)
 	defer rcancel()
 	if err == nil {
 		w.complete(rctx, t.GetTaskToken(), result, log)

@@ -71,6 +71,9 @@ type QueuedMessage struct {
 	Message
 	VisibleAt time.Time
 	CreatedAt time.Time
+	// TraceContext is the W3C traceparent the message was queued with; empty
+	// for none.
+	TraceContext string
 }
 
 // HistoryEvent is one event of an execution's history.
@@ -152,6 +155,9 @@ type WorkItem struct {
 	Input       []byte
 	Attempt     int
 	CreatedAt   time.Time
+	// TraceContext is the W3C traceparent of the turn that scheduled the
+	// task; empty for none.
+	TraceContext string
 }
 
 // Store is everything a store implementation provides.
@@ -254,6 +260,10 @@ type StartOrchestrationParams struct {
 	Retention *Retention
 	// Start is the message the first turn consumes.
 	Start Message
+	// TraceContext is the W3C traceparent of the call's span, stored with
+	// the start message: the first turn continues its trace. At most 64
+	// bytes; empty for none.
+	TraceContext string
 }
 
 // StartOrchestrationResult tells what was created.
@@ -270,6 +280,9 @@ type EnqueueParams struct {
 	Message     Message
 	// Delay makes the message visible only after this long.
 	Delay time.Duration
+	// TraceContext is the W3C traceparent stored with the message (at most
+	// 64 bytes; empty for none): the turn that consumes it continues it.
+	TraceContext string
 }
 
 // EnqueueResult identifies the queued message.
@@ -386,6 +399,9 @@ type ActivityTask struct {
 	Input      []byte
 	Attempt    int
 	Delay      time.Duration
+	// TraceContext is the W3C traceparent of the turn's span (at most 64
+	// bytes; empty for none): the worker continues it.
+	TraceContext string
 }
 
 // AbandonOrchestrationItemParams releases a lease.
@@ -415,6 +431,9 @@ type AckWorkItemParams struct {
 	// Result is enqueued for the task's instance; nil deletes the task
 	// without enqueuing anything.
 	Result *Message
+	// TraceContext is the W3C traceparent stored with Result (at most 64
+	// bytes; empty for none): the turn that consumes it continues it.
+	TraceContext string
 }
 
 // AbandonWorkItemParams releases a task.

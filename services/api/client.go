@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orchardhq/orchard/internal/traceparent"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -84,6 +85,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	p := &store.StartOrchestrationParams{
 		TenantID: t.TenantID, InstanceID: id, Name: def.Name, Version: def.Version,
 		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start},
+		TraceContext: traceparent.Of(ctx),
 	}
 	if m.Retention != nil {
 		d := durationFrom(m.Retention)
@@ -120,6 +122,7 @@ func (c *clientService) enqueue(ctx context.Context, instanceID string, msg engi
 	tenant := tenantOf(ctx).TenantID
 	if _, err = c.s.store.Enqueue(ctx, &store.EnqueueParams{
 		TenantID: tenant, InstanceID: instanceID, Message: store.Message{Kind: kind, Payload: body},
+		TraceContext: traceparent.Of(ctx),
 	}); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/orchardhq/orchard/internal/traceparent"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -71,6 +72,7 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 		Attempt:        int32(item.Attempt),
 		LeaseExpiresAt: timestamp(item.Lease.ExpiresAt),
 		CreatedAt:      timestamp(item.CreatedAt),
+		Traceparent:    item.TraceContext,
 	}}), nil
 }
 
@@ -116,7 +118,8 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	if err != nil {
 		return err
 	}
-	if err := w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body}}); err != nil {
+	if err := w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
+		TraceContext: traceparent.Of(ctx)}); err != nil {
 		return err
 	}
 	w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})

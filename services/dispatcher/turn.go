@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orchardhq/orchard/internal/traceparent"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -93,7 +94,9 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 	for _, it := range items {
 		d.observeBacklog(ctx, now, it)
 		t := &runningTurn{item: it, start: time.Now()}
-		_, t.span = d.tracer.Start(ctx, "orchestration turn", trace.WithAttributes(
+		parent, links := traceOf(ctx, it.Messages)
+		var sctx context.Context
+		sctx, t.span = d.tracer.Start(parent, "orchestration turn", trace.WithLinks(links...), trace.WithAttributes(
 			attribute.String("orchard.tenant", it.Lease.TenantID),
 			attribute.String("orchard.instance", it.Lease.InstanceID),
 			attribute.Int64("orchard.execution", it.Instance.CurrentExecutionID),
@@ -105,6 +108,11 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 			d.endTurn(ctx, t, "abandoned", err)
 			d.abandon(ctx, it, failureBackoff().NextBackOff())
 			continue
+		}
+		if tp := traceparent.Of(sctx); tp != "" {
+			for i := range ack.Activities {
+				ack.Activities[i].TraceContext = tp
+			}
 		}
 		t.ack = ack
 		t.span.SetAttributes(attribute.Int("orchard.events_appended", len(ack.History)))
@@ -163,6 +171,26 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 	}
 	d.cfg.Notifier.Notify(ctx, hints...)
 	return nil
+}
+
+// traceOf returns the context a turn's span starts from: the trace of the
+// first of its messages queued in one (a start, an activity's result, an
+// event), with links to the traces of the others.
+func traceOf(ctx context.Context, msgs []store.QueuedMessage) (context.Context, []trace.Link) {
+	parent := ctx
+	var links []trace.Link
+	found := false
+	for _, m := range msgs {
+		sc := traceparent.SpanContext(m.TraceContext)
+		switch {
+		case !sc.IsValid():
+		case !found:
+			parent, found = trace.ContextWithRemoteSpanContext(ctx, sc), true
+		default:
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return parent, links
 }
 
 // appendHints appends the hints of an acked turn: a task for each activity

@@ -153,6 +153,9 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 		if a.Name == "" || a.TaskQueue == "" || a.ActivityID <= 0 || a.Delay < 0 {
 			return invalid("activity task needs an id, a name and a task queue")
 		}
+		if err := checkTraceContext(a.TraceContext); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -185,7 +188,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		taskRow struct {
 			instanceID                              string
 			executionID, activityID, attempt, delay int64
-			name, taskQueue                         string
+			name, taskQueue, traceContext           string
 			input                                   []byte
 		}
 		messageRow struct {
@@ -233,7 +236,8 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		}
 		for _, a := range t.Activities {
 			tasks = append(tasks, taskRow{instanceID: id, executionID: exec, activityID: a.ActivityID,
-				attempt: int64(max(a.Attempt, 1)), delay: a.Delay.Milliseconds(), name: a.Name, taskQueue: a.TaskQueue, input: a.Input})
+				attempt: int64(max(a.Attempt, 1)), delay: a.Delay.Milliseconds(), name: a.Name, taskQueue: a.TaskQueue, input: a.Input,
+				traceContext: a.TraceContext})
 		}
 		for _, m := range t.Messages {
 			messages = append(messages, messageRow{source: id, target: m.InstanceID, kind: m.Message.Kind,
@@ -296,6 +300,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			"task_inputs":           column(tasks, func(r taskRow) []byte { return r.input }),
 			"task_attempts":         column(tasks, func(r taskRow) int64 { return r.attempt }),
 			"task_delays":           column(tasks, func(r taskRow) int64 { return r.delay }),
+			"task_trace_contexts":   column(tasks, func(r taskRow) string { return r.traceContext }),
 			"message_sources":       column(messages, func(r messageRow) string { return r.source }),
 			"message_targets":       column(messages, func(r messageRow) string { return r.target }),
 			"message_execution_ids": column(messages, func(r messageRow) int64 { return r.executionID }),

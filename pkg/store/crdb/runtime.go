@@ -52,6 +52,9 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	if p.Start.Kind == "" {
 		return nil, invalid("the start message has no kind")
 	}
+	if err := checkTraceContext(p.TraceContext); err != nil {
+		return nil, err
+	}
 	if p.Retention != nil {
 		if err := p.Retention.Validate(); err != nil {
 			return nil, err
@@ -62,7 +65,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		b.Queue(sqlStartOrchestration, pgx.StrictNamedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
-			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
+			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
 			"retention": p.Retention, "shard": countShard()})
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
@@ -93,6 +96,9 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 	if p.Delay < 0 {
 		return nil, invalid("negative delay %s", p.Delay)
 	}
+	if err := checkTraceContext(p.TraceContext); err != nil {
+		return nil, err
+	}
 	now := s.now()
 	var id, status string
 	// READ COMMITTED: under SERIALIZABLE, the write to the lease row would
@@ -100,7 +106,7 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 	// the enqueue began. The statement is atomic at any level.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		b.Queue(sqlEnqueue, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID,
-			"execution_id": p.ExecutionID, "kind": p.Message.Kind, "payload": p.Message.Payload,
+			"execution_id": p.ExecutionID, "kind": p.Message.Kind, "payload": p.Message.Payload, "trace_context": p.TraceContext,
 			"visible_at": now + p.Delay.Milliseconds(), "now": now})
 	}, func(br pgx.BatchResults) error {
 		id, status = "", ""
@@ -376,7 +382,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				payloads     [][]byte
 			}
 			var m struct {
-				ids, kinds                   []string
+				ids, kinds, traces           []string
 				executions, visible, created []int64
 				payloads                     [][]byte
 			}
@@ -384,7 +390,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
 				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount,
 				&h.ids, &h.kinds, &h.payloads, &h.created,
-				&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created); err != nil {
+				&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created, &m.traces); err != nil {
 				return err
 			}
 			if exists {
@@ -404,7 +410,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				messages[in.InstanceID] = append(messages[in.InstanceID], store.QueuedMessage{
 					ID: id, InstanceID: in.InstanceID, ExecutionID: m.executions[i],
 					Message:   store.Message{Kind: m.kinds[i], Payload: m.payloads[i]},
-					VisibleAt: fromMillis(m.visible[i]), CreatedAt: fromMillis(m.created[i])})
+					VisibleAt: fromMillis(m.visible[i]), CreatedAt: fromMillis(m.created[i]), TraceContext: m.traces[i]})
 			}
 		}
 		return rows.Err()

@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orchardhq/orchard/internal/traceparent"
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -116,4 +117,14 @@ func validToken(tokens ...string) bool {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", store.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// checkTraceContext bounds the trace context stored on a queue row; what
+// it says is read only when the row is consumed, and text that names no
+// span is then ignored.
+func checkTraceContext(tp string) error {
+	if len(tp) > traceparent.MaxLen {
+		return invalid("trace context of %d bytes, more than %d", len(tp), traceparent.MaxLen)
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams)
 		w := store.WorkItem{Lease: store.WorkLease{Token: token, ExpiresAt: fromMillis(until)}}
 		var attempt, createdAt int64
 		err := br.QueryRow().Scan(&w.Lease.TenantID, &w.Lease.ID, &w.InstanceID, &w.ExecutionID, &w.ActivityID,
-			&w.Name, &w.TaskQueue, &w.Input, &attempt, &createdAt)
+			&w.Name, &w.TaskQueue, &w.Input, &attempt, &createdAt, &w.TraceContext)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -111,6 +111,9 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	if p.Result != nil && p.Result.Kind == "" {
 		return invalid("the result message has no kind")
 	}
+	if err := checkTraceContext(p.TraceContext); err != nil {
+		return err
+	}
 	if !validToken(p.Lease.ID, p.Lease.Token) {
 		return workLeaseLost(p.Lease)
 	}
@@ -122,7 +125,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 			b.Queue(sqlAckWork, lease)
 			return
 		}
-		lease["kind"], lease["payload"], lease["now"] = p.Result.Kind, p.Result.Payload, now
+		lease["kind"], lease["payload"], lease["now"], lease["trace_context"] = p.Result.Kind, p.Result.Payload, now, p.TraceContext
 		b.Queue(sqlAckWorkWithResult, lease)
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()

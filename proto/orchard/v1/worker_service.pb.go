@@ -48,7 +48,13 @@ type ActivityTask struct {
 	// When the lease runs out unless extended by a heartbeat.
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
 	// When the task was scheduled.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The trace of the orchestration turn that scheduled the task, as a W3C
+	// traceparent (https://www.w3.org/TR/trace-context/); empty when it ran
+	// outside any trace. A worker runs the handler in a span that continues
+	// it, so one trace goes from the call that started the orchestration to
+	// the activity and its completion.
+	Traceparent   string `protobuf:"bytes,11,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -151,6 +157,13 @@ func (x *ActivityTask) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *ActivityTask) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // PollActivityTaskRequest says which task queue to poll.
@@ -643,7 +656,7 @@ var File_orchard_v1_worker_service_proto protoreflect.FileDescriptor
 const file_orchard_v1_worker_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1forchard/v1/worker_service.proto\x12\n" +
-	"orchard.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf6\x02\n" +
+	"orchard.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x03\n" +
 	"\fActivityTask\x12\x1d\n" +
 	"\n" +
 	"task_token\x18\x01 \x01(\tR\ttaskToken\x12\x1f\n" +
@@ -660,7 +673,8 @@ const file_orchard_v1_worker_service_proto_rawDesc = "" +
 	"\x10lease_expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x9d\x02\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12 \n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\"\x9d\x02\n" +
 	"\x17PollActivityTaskRequest\x12?\n" +
 	"\n" +
 	"task_queue\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\ttaskQueue\x12;\n" +

@@ -130,11 +130,12 @@ WITH turns AS (
 	RETURNING i.instance_id
 ), tasks AS (
 	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
-		input, attempt, visible_at, created_at)
-	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now
+		input, attempt, visible_at, created_at, trace_context)
+	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now,
+		NULLIF(u.trace_context, '')
 	FROM unnest(@task_instance_ids::TEXT[], @task_execution_ids::INT8[], @task_activity_ids::INT8[], @task_names::TEXT[],
-		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[])
-		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay)
+		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context)
 	WHERE u.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
 ), next_executions AS (
@@ -170,11 +171,12 @@ WITH turns AS (
 		AND l.leased_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
 ), tasks AS (
 	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
-		input, attempt, visible_at, created_at)
-	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now
+		input, attempt, visible_at, created_at, trace_context)
+	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now,
+		NULLIF(u.trace_context, '')
 	FROM unnest(@task_instance_ids::TEXT[], @task_execution_ids::INT8[], @task_activity_ids::INT8[], @task_names::TEXT[],
-		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[])
-		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay)
+		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context)
 	WHERE u.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
 ), next_executions AS (

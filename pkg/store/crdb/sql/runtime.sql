@@ -54,8 +54,8 @@ WITH i AS (
 		SET tag_value = excluded.tag_value, created_at = excluded.created_at
 	RETURNING 1
 )
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now FROM i;
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM i;
 
 -- name: Enqueue
 -- A message for an instance unless it is gone, being deleted or ended
@@ -67,8 +67,8 @@ WITH target AS (
 	SELECT tenant_id, instance_id, status FROM instances
 	WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting
 ), m AS (
-	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-	SELECT tenant_id, instance_id, @execution_id, @kind, @payload, @visible_at, @now FROM target
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+	SELECT tenant_id, instance_id, @execution_id, @kind, @payload, @visible_at, @now, NULLIF(@trace_context::TEXT, '') FROM target
 	WHERE status NOT IN ('Completed', 'Failed', 'Cancelled')
 	RETURNING id, instance_id
 ), woken AS (
@@ -193,7 +193,7 @@ SELECT l.tenant_id, l.instance_id, l.claims, l.strikes, i.instance_id IS NOT NUL
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
 	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
 	h.ids, h.kinds, h.payloads, h.created,
-	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created
+	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created, m.traces
 FROM instance_leases l
 LEFT JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id AND NOT i.deleting
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
@@ -206,9 +206,10 @@ LEFT JOIN LATERAL (
 ) h ON true
 LEFT JOIN LATERAL (
 	SELECT array_agg(q.id::TEXT) AS ids, array_agg(q.execution_id) AS executions, array_agg(q.kind) AS kinds,
-		array_agg(q.payload) AS payloads, array_agg(q.visible_at) AS visible, array_agg(q.created_at) AS created
+		array_agg(q.payload) AS payloads, array_agg(q.visible_at) AS visible, array_agg(q.created_at) AS created,
+		array_agg(COALESCE(q.trace_context, '')) AS traces
 	FROM (
-		SELECT q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at FROM orchestrator_queue q
+		SELECT q.id, q.execution_id, q.kind, q.payload, q.visible_at, q.created_at, q.trace_context FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND q.visible_at <= @now
 		ORDER BY q.visible_at, q.created_at, q.id
 		LIMIT @max_messages) q

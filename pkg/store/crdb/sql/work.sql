@@ -16,7 +16,8 @@ WHERE tenant_id = @tenant_id AND id = (
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED)
 	AND visible_at <= @now
-RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
+RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at,
+	COALESCE(trace_context, '');
 
 -- name: ClaimWorkForAnyTenant
 -- The same claim for the first active tenant after @after (wrapping
@@ -37,7 +38,8 @@ WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = (
 	LIMIT 1
 	FOR UPDATE SKIP LOCKED)
 	AND visible_at <= @now
-RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at;
+RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at,
+	COALESCE(trace_context, '');
 
 -- name: RenewWork
 UPDATE worker_queue SET leased_until = @until, visible_at = @until
@@ -69,8 +71,8 @@ WITH task AS (
 		AND (SELECT count(*) FROM woken) >= 0
 	RETURNING instance_id, execution_id
 )
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at)
-SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now FROM done;
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM done;
 
 -- name: AbandonWork
 UPDATE worker_queue SET lease_token = NULL, leased_until = NULL, visible_at = @visible_at
