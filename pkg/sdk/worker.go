@@ -280,6 +280,13 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
+	select {
+	case <-w.stopping:
+		// Stopped before it ran: no poller may poll, not even once before
+		// the goroutine below sees it.
+		stopPolling()
+	default:
+	}
 	go func() {
 		select {
 		case <-w.stopping:
