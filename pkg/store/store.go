@@ -134,6 +134,9 @@ type OrchestrationItem struct {
 	// instance's own turn kills its process (a poison instance), which a
 	// lease that lapsed because its process was killed is not.
 	Strikes int64
+	// Retention governs the instance as of the fetch: its tenant's policy
+	// for its name, with its own override (Instance.Retention) over it.
+	Retention Retention
 }
 
 // WorkLease identifies the lease a worker holds on an activity task.

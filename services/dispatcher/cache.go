@@ -67,23 +67,6 @@ func newPolicyCache(s store.Store, ttl time.Duration) *policyCache {
 	})}
 }
 
-// retention returns the retention that governs an instance: its own
-// override, else its tenant's policy for its name. The policy is read from
-// the database, not the cache: a rule set just before a chain runs must
-// apply to its next continue-as-new, and this is read only at
-// continue-as-new and at a chain's end.
-func (c *policyCache) retention(ctx context.Context, tenant, name, instanceID string) (store.Retention, error) {
-	inst, err := c.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: tenant, InstanceID: instanceID})
-	if err != nil {
-		return store.Retention{}, err
-	}
-	t, err := c.store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
-	if err != nil {
-		return store.Retention{}, err
-	}
-	return t.Retention.For(name, inst.Retention), nil
-}
-
 // tenantLimits returns a tenant's limits in force, read again once they are
 // older than the cache's TTL.
 func (c *policyCache) tenantLimits(ctx context.Context, tenant string) (store.Limits, error) {

@@ -211,8 +211,10 @@ steps:
 	require.Zero(t, usage.QueuedMessages)
 }
 
-// A continue-as-new chain of 100 generations: with the instance's retention
-// set to auto-prune keeping 5, only 5 executions remain; without, all 100.
+// Continue-as-new chains of 100 generations under a tenant policy that
+// auto-prunes keeping 3: an instance whose own retention keeps 5 keeps 5,
+// one without keeps 3, one whose own retention turns auto-prune off keeps
+// all 100.
 func TestContinueAsNewAutoPrune(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, `
@@ -223,10 +225,14 @@ steps:
     continue_as_new: { input: { n: "${ input.n + 1 }" } }
   - return: ${ input.n }
 `)
+	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &store.RetentionPolicy{
+		Default: store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}}})
+	require.NoError(t, err)
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
-	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5, AutoPrune: new(true)}})
-	s.start("kept", "counter", map[string]any{"n": 1}, nil)
-	for id, want := range map[string]int{"pruned": 5, "kept": 100} {
+	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5}})
+	s.start("by-policy", "counter", map[string]any{"n": 1}, nil)
+	s.start("kept", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{AutoPrune: new(false)}})
+	for id, want := range map[string]int{"pruned": 5, "by-policy": 3, "kept": 100} {
 		in := s.waitDone(id)
 		require.Equal(t, store.StatusCompleted, in.Status, in.Error)
 		require.Equal(t, "100", string(in.Output))

@@ -577,21 +577,17 @@ func (d *Dispatcher) childStart(ctx context.Context, tenant, parent string, exec
 	}, nil
 }
 
-// autoPrune applies the retention that governs a continue-as-new chain, when
-// it asks for it: keep the last N. It runs after the ack, in the store's
-// bounded prune; a failure is logged and left to the next continue-as-new,
-// the chain's end, or the janitor.
+// autoPrune applies the retention that governs a continue-as-new chain, as
+// the fetch read it (so that a rule set before a generation's turn applies
+// to it), when it asks for it: keep the last N. It runs after the ack, in the
+// store's bounded prune; a failure is logged and left to the next
+// continue-as-new, the chain's end, or the janitor.
 func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) {
-	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
-	r, err := d.policies.retention(ctx, tenant, it.Instance.Name, id)
-	if err != nil {
-		d.log.Warn("auto-prune skipped: retention unknown", "tenant", tenant, "instance", id, "error", err)
-		return
-	}
-	keep, ok := r.Chain.AutoPrunes()
+	keep, ok := it.Retention.Chain.AutoPrunes()
 	if !ok {
 		return
 	}
+	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
 	res, err := d.cfg.Store.PruneExecutions(ctx, &store.PruneExecutionsParams{
 		TenantID: tenant, InstanceID: id, Options: store.PruneOptions{KeepLast: keep},
 	})

@@ -1,8 +1,10 @@
 package crdb
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -346,6 +348,11 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		// claimCounts and strikes: the claims and strikes columns of each
 		// lease row after the claim.
 		claimCounts, strikes map[string]int64
+		// retention: what governs each instance, from its tenant's policy
+		// (decoded from policyJSON) and its own override.
+		retention    map[string]store.Retention
+		policyJSON   []byte
+		tenantPolicy store.RetentionPolicy
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		claim := pgx.StrictNamedArgs{"now": now, "token": token, "until": until, "max": max}
@@ -361,7 +368,8 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		b.Queue(sqlLeasedInputs, pgx.StrictNamedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
 	}, func(br pgx.BatchResults) error {
 		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
-		claimCounts, strikes = map[string]int64{}, map[string]int64{}
+		claimCounts, strikes, retention = map[string]int64{}, map[string]int64{}, map[string]store.Retention{}
+		policyJSON = nil
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -376,6 +384,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			var claims, struck int64
 			var status, name, version, root *string
 			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
+			var policy []byte
 			var h struct {
 				ids, created []int64
 				kinds        []string
@@ -388,7 +397,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			}
 			if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &struck, &exists, &name, &version, &status, &execID,
 				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
-				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount,
+				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount, &in.Retention, &policy,
 				&h.ids, &h.kinds, &h.payloads, &h.created,
 				&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created, &m.traces); err != nil {
 				return err
@@ -399,6 +408,16 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				in.CreatedAt, in.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
 				in.CompletedAt = fromNullMillis(completedAt)
 				in.ExecutionCount, in.EventCount = *execCount, *eventCount
+			}
+			if exists {
+				if !bytes.Equal(policy, policyJSON) {
+					// The leases of one fetch are one tenant's: decoded once.
+					policyJSON, tenantPolicy = policy, store.RetentionPolicy{}
+					if err := json.Unmarshal(policy, &tenantPolicy); err != nil {
+						return fmt.Errorf("tenant %q: stored retention policy: %w", in.TenantID, err)
+					}
+				}
+				retention[in.InstanceID] = tenantPolicy.For(in.Name, in.Retention)
 			}
 			claimed = append(claimed, in)
 			claimCounts[in.InstanceID], strikes[in.InstanceID] = claims, struck
@@ -453,7 +472,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 			})
 			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs,
-				Claims: claimCounts[in.InstanceID], Strikes: strikes[in.InstanceID]})
+				Claims: claimCounts[in.InstanceID], Strikes: strikes[in.InstanceID], Retention: retention[in.InstanceID]})
 		}
 	}
 	return items, again, nil

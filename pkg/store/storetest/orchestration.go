@@ -798,3 +798,54 @@ func testBatchFetchAndAck(t *testing.T, h *harness) {
 	})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 }
+
+// testFetchCarriesRetention: a fetched item says what retention governs its
+// instance as of the fetch (its tenant's rule for its name over the
+// default, its own override over both), so that a turn that continues as
+// new prunes by the rule in force without reading it again.
+func testFetchCarriesRetention(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	policy := store.RetentionPolicy{
+		Default: store.Retention{Completed: new(time.Hour), Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}},
+		ByName:  map[string]store.Retention{"order": {Chain: store.ChainRetention{KeepLast: 5}}},
+	}
+	_, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: tenant, Retention: &policy})
+	require.NoError(t, err)
+
+	h.start(tenant, "by-rule")
+	item := h.mustFetch(tenant, "by-rule")
+	require.Equal(t, policy.For("order", nil), item.Retention)
+	keep, ok := item.Retention.Chain.AutoPrunes()
+	require.True(t, ok)
+	require.Equal(t, 5, keep)
+
+	// A rule changed between two turns governs the next one.
+	policy.ByName["order"] = store.Retention{Chain: store.ChainRetention{KeepLast: 7}}
+	_, err = h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: tenant, Retention: &policy})
+	require.NoError(t, err)
+	h.enqueue(tenant, "by-rule", `"next"`, 0)
+	h.ack(turn(item))
+	item = h.mustFetch(tenant, "by-rule")
+	require.Equal(t, 7, item.Retention.Chain.KeepLast)
+	h.ack(turn(item))
+
+	own := &store.Retention{Chain: store.ChainRetention{AutoPrune: new(false)}}
+	_, err = h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+		TenantID: tenant, InstanceID: "own", Name: "order", Version: "1", Retention: own,
+		Start: store.Message{Kind: kindStart, Payload: []byte(`{}`)},
+	})
+	require.NoError(t, err)
+	item = h.mustFetch(tenant, "own")
+	require.Equal(t, own, item.Instance.Retention)
+	require.Equal(t, policy.For("order", own), item.Retention)
+	_, ok = item.Retention.Chain.AutoPrunes()
+	require.False(t, ok)
+	h.ack(turn(item))
+
+	// A tenant without a policy: nothing governs the chain.
+	other := h.tenant("plain")
+	h.start(other, "x")
+	item = h.mustFetch(other, "x")
+	require.Equal(t, store.Retention{}, item.Retention)
+	h.ack(turn(item))
+}

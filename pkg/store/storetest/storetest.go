@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore Factory) {
 		fn   func(t *testing.T, h *harness)
 	}{
 		{"StartAndFetch", testStartAndFetch},
+		{"FetchCarriesRetention", testFetchCarriesRetention},
 		{"StartTakenID", testStartTakenID},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},

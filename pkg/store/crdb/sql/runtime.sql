@@ -187,15 +187,18 @@ SELECT c.tenant_id, c.instance_id FROM claimed c;
 -- most @max_messages, the oldest) as columns of arrays. The elements of one
 -- lateral's arrays line up (its aggregates read the same rows in the same
 -- order); the fetch sorts them. A NULL name is an instance that is gone or
--- being deleted.
+-- being deleted. The instance's retention override and its tenant's policy
+-- come along, so that a turn that continues as new knows, as of its fetch,
+-- whether to prune without reading them again.
 SELECT l.tenant_id, l.instance_id, l.claims, l.strikes, i.instance_id IS NOT NULL,
 	i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
-	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count,
+	i.tags, i.created_at, i.updated_at, i.completed_at, i.execution_count, i.event_count, i.retention, t.retention,
 	h.ids, h.kinds, h.payloads, h.created,
 	m.ids, m.executions, m.kinds, m.payloads, m.visible, m.created, m.traces
 FROM instance_leases l
 LEFT JOIN instances i ON i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id AND NOT i.deleting
+LEFT JOIN tenants t ON t.tenant_id = l.tenant_id
 LEFT JOIN executions e ON e.tenant_id = i.tenant_id AND e.instance_id = i.instance_id
 	AND e.execution_id = i.current_execution_id
 LEFT JOIN LATERAL (
