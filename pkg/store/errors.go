@@ -26,6 +26,9 @@ var (
 	// ErrInstanceTerminal: the instance has ended (Completed, Failed or
 	// Cancelled) and takes no more messages.
 	ErrInstanceTerminal = errors.New("instance has ended")
+	// ErrTooManyRunning: a start was refused because its tenant has as many
+	// running instances as StartOrchestrationParams.MaxRunning allows.
+	ErrTooManyRunning = errors.New("too many running instances")
 	// ErrConflict: a transaction kept conflicting with others and the retry
 	// budget ran out. The operation may be tried again later.
 	ErrConflict = errors.New("transaction conflict: retry budget exhausted")

@@ -267,6 +267,10 @@ type StartOrchestrationParams struct {
 	// the start message: the first turn continues its trace. At most 64
 	// bytes; empty for none.
 	TraceContext string
+	// MaxRunning, when set, refuses the start with ErrTooManyRunning when
+	// the tenant already has that many running instances, judged in the
+	// start's own statement (concurrent starts may pass it together).
+	MaxRunning *int64
 }
 
 // StartOrchestrationResult tells what was created.

@@ -20,6 +20,7 @@ import (
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
@@ -65,15 +66,6 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	running, err := c.s.store.CountInstances(ctx, &store.CountInstancesParams{
-		TenantID: t.TenantID, Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusRunning}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := checkRunningInstances(t.Limits, running.Total); err != nil {
-		return nil, err
-	}
 	kind, start, err := engine.EncodeMessage(engine.StartMessage{Input: input})
 	if err != nil {
 		return nil, err
@@ -82,9 +74,10 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	if id == "" {
 		id = uuid.NewString()
 	}
+	maxRunning := t.Limits.Effective().MaxRunningInstances
 	p := &store.StartOrchestrationParams{
 		TenantID: t.TenantID, InstanceID: id, Name: def.Name, Version: def.Version,
-		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start},
+		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start}, MaxRunning: &maxRunning,
 		TraceContext: traceparent.Of(ctx),
 	}
 	if m.Retention != nil {
@@ -94,6 +87,9 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	res, err := c.s.store.StartOrchestration(ctx, p)
 	if err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
+	}
+	if errors.Is(err, store.ErrTooManyRunning) {
+		return nil, &tenancy.ExhaustedError{Resource: tenancy.ResourceRunningInstances, Limit: maxRunning}
 	}
 	if errors.Is(err, store.ErrAlreadyExists) && m.InstanceId != "" {
 		// A retry of the same start answers with the instance it started.

@@ -22,12 +22,3 @@ func checkPayload(l store.Limits, size int) error {
 	}
 	return nil
 }
-
-// checkRunningInstances returns an *tenancy.ExhaustedError when a tenant
-// with running instances not yet terminal may not start another.
-func checkRunningInstances(l store.Limits, running int64) error {
-	if limit := l.Effective().MaxRunningInstances; running >= limit {
-		return &tenancy.ExhaustedError{Resource: tenancy.ResourceRunningInstances, Limit: limit}
-	}
-	return nil
-}

@@ -11,7 +11,7 @@ import (
 
 func TestLimitChecks(t *testing.T) {
 	t.Parallel()
-	l := store.Limits{MaxPayloadBytes: 100, MaxRunningInstances: 3}
+	l := store.Limits{MaxPayloadBytes: 100}
 	tests := []struct {
 		name     string
 		err      error
@@ -21,9 +21,6 @@ func TestLimitChecks(t *testing.T) {
 		{"payload at limit", checkPayload(l, 100), "", 0},
 		{"payload over limit", checkPayload(l, 101), tenancy.ResourcePayloadBytes, 100},
 		{"default payload limit", checkPayload(store.Limits{}, 1<<20+1), tenancy.ResourcePayloadBytes, 1 << 20},
-		{"running below limit", checkRunningInstances(l, 2), "", 0},
-		{"running at limit", checkRunningInstances(l, 3), tenancy.ResourceRunningInstances, 3},
-		{"default running limit", checkRunningInstances(store.Limits{}, 10_000), tenancy.ResourceRunningInstances, 10_000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 var (
 	sqlStartOrchestration                = stmt("StartOrchestration")
+	sqlStartRefusal                      = stmt("StartRefusal")
 	sqlEnqueue                           = stmt("Enqueue")
 	sqlGetInstance                       = stmt("GetInstance")
 	sqlGetHistoryExecution               = stmt("GetHistoryExecution")
@@ -68,7 +69,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		b.Queue(sqlStartOrchestration, pgx.StrictNamedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
-			"retention": p.Retention, "shard": countShard()})
+			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning})
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		created = tag.RowsAffected() == 1
@@ -78,9 +79,26 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		return nil, err
 	}
 	if !created {
-		return nil, fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrAlreadyExists)
+		return nil, s.startRefusal(ctx, p)
 	}
 	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
+}
+
+// startRefusal says why a start created nothing: its id is taken, else the
+// tenant had MaxRunning running instances.
+func (s *Store) startRefusal(ctx context.Context, p *store.StartOrchestrationParams) error {
+	var taken bool
+	err := s.retry(ctx, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, sqlStartRefusal, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&taken)
+	})
+	switch {
+	case err != nil:
+		return err
+	case taken || p.MaxRunning == nil:
+		return fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrAlreadyExists)
+	default:
+		return fmt.Errorf("%w (the limit is %d)", store.ErrTooManyRunning, *p.MaxRunning)
+	}
 }
 
 func tagsOf(tags map[string]string) map[string]string {

@@ -849,3 +849,37 @@ func testFetchCarriesRetention(t *testing.T, h *harness) {
 	require.Equal(t, store.Retention{}, item.Retention)
 	h.ack(turn(item))
 }
+
+// testStartMaxRunning: a start with MaxRunning is refused when the tenant
+// has that many running instances (0 refuses every start), counts only its
+// own tenant's running instances, and names a taken id as taken first.
+func testStartMaxRunning(t *testing.T, h *harness) {
+	tenant, other := h.tenant("acme"), h.tenant("other")
+	start := func(tenant, id string, max *int64) error {
+		_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: id, Name: "order", Version: "1", MaxRunning: max,
+			Start: store.Message{Kind: kindStart, Payload: []byte(`{}`)},
+		})
+		return err
+	}
+	two, zero := int64(2), int64(0)
+	require.ErrorIs(t, start(tenant, "none", &zero), store.ErrTooManyRunning)
+	h.start(other, "o1")
+	h.start(other, "o2")
+	require.NoError(t, start(tenant, "a", &two))
+	require.NoError(t, start(tenant, "b", &two))
+	err := start(tenant, "c", &two)
+	require.ErrorIs(t, err, store.ErrTooManyRunning)
+	require.ErrorContains(t, err, "2")
+	require.ErrorIs(t, start(tenant, "a", &two), store.ErrAlreadyExists)
+	h.gone(tenant, "c")
+	h.gone(tenant, "none")
+	// Absent, no bound applies.
+	require.NoError(t, start(tenant, "c", nil))
+
+	// An instance that ends makes room.
+	h.finish(tenant, "a", store.StatusCompleted)
+	three := int64(3)
+	require.NoError(t, start(tenant, "d", &three))
+	h.requireCounts(tenant, map[store.Status]int64{store.StatusRunning: 3, store.StatusCompleted: 1})
+}

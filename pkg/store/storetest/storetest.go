@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartAndFetch", testStartAndFetch},
 		{"FetchCarriesRetention", testFetchCarriesRetention},
 		{"StartTakenID", testStartTakenID},
+		{"StartMaxRunning", testStartMaxRunning},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"WithdrawMessages", testWithdrawMessages},

@@ -24,12 +24,15 @@
 -- name: StartOrchestration
 -- The instance, execution 1, its lease row (free, due at once), its place
 -- in the status counters (shard @shard), its tags and the start message, in
--- one statement; nothing when the id is taken.
+-- one statement; nothing when the id is taken, or when @max_running (unless
+-- NULL) is no more than the tenant's running instances.
 WITH i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
-	VALUES (@tenant_id, @instance_id, @name, @version, 1, 'Running', @instance_id, @now, @now, @input, @tags,
-		@retention, 1, 0)
+	SELECT @tenant_id, @instance_id, @name, @version, 1, 'Running', @instance_id, @now, @now, @input, @tags,
+		@retention, 1, 0
+	WHERE @max_running::INT8 IS NULL OR @max_running::INT8 > (SELECT COALESCE(sum(c.n), 0)::INT8 FROM instance_counts c
+		WHERE c.tenant_id = @tenant_id AND c.status = 'Running')
 	ON CONFLICT (tenant_id, instance_id) DO NOTHING
 	RETURNING instance_id
 ), e AS (
@@ -56,6 +59,10 @@ WITH i AS (
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
 SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM i;
+
+-- name: StartRefusal
+-- Why a start created nothing: whether the id is taken.
+SELECT EXISTS (SELECT 1 FROM instances WHERE tenant_id = @tenant_id AND instance_id = @instance_id);
 
 -- name: Enqueue
 -- A message for an instance unless it is gone, being deleted or ended
