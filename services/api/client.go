@@ -62,7 +62,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	def, err := c.s.store.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: t.TenantID, Name: m.Name, Version: m.Version})
+	name, version, err := c.s.versions.resolve(ctx, c.s.store, t.TenantID, m.Name, m.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	}
 	maxRunning := t.Limits.Effective().MaxRunningInstances
 	p := &store.StartOrchestrationParams{
-		TenantID: t.TenantID, InstanceID: id, Name: def.Name, Version: def.Version,
+		TenantID: t.TenantID, InstanceID: id, Name: name, Version: version,
 		Input: input, Tags: m.Tags, Start: store.Message{Kind: kind, Payload: start}, MaxRunning: &maxRunning,
 		TraceContext: traceparent.Of(ctx),
 	}
@@ -94,7 +94,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	if errors.Is(err, store.ErrAlreadyExists) && m.InstanceId != "" {
 		// A retry of the same start answers with the instance it started.
 		in, gerr := c.s.store.GetInstance(ctx, &store.GetInstanceParams{TenantID: t.TenantID, InstanceID: id})
-		if gerr == nil && in.Name == def.Name && (m.Version == "" || in.Version == def.Version) &&
+		if gerr == nil && in.Name == name && (m.Version == "" || in.Version == version) &&
 			in.CurrentExecutionID == 1 && bytes.Equal(in.Input, input) {
 			return connect.NewResponse(&orchardv1.StartOrchestrationResponse{
 				InstanceId: id, ExecutionId: 1, CreatedAt: timestamp(in.CreatedAt),

@@ -1,6 +1,9 @@
 package api_test
 
 import (
+	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/services/api"
 )
 
 // TestClientService walks every ClientService RPC through its happy path
@@ -280,4 +284,51 @@ func TestRateLimit(t *testing.T) {
 		_, err := cf.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
 		require.NoError(t, err)
 	}
+}
+
+// definitionReads counts the definition reads of the store it wraps.
+type definitionReads struct {
+	api.Store
+	n atomic.Int64
+}
+
+func (d *definitionReads) GetDefinition(ctx context.Context, p *store.GetDefinitionParams) (*store.Definition, error) {
+	d.n.Add(1)
+	return d.Store.GetDefinition(ctx, p)
+}
+
+// TestStartReadsANamedVersionOnce: starts naming a registered version read
+// it once; starts of the latest version read it each time (a newer one may
+// have been registered); a version not yet registered is not remembered as
+// missing, and starts as soon as it is registered.
+func TestStartReadsANamedVersionOnce(t *testing.T) {
+	t.Parallel()
+	var reads *definitionReads
+	e := newEnv(t, func(c *api.Config) { reads = &definitionReads{Store: c.Store}; c.Store = reads })
+	acme := e.tenant("acme", nil, testsystem.WaiterDef)
+	c := e.clients(e.token(acme, tenancy.RoleClient))
+	ctx := t.Context()
+	start := func(version string) error {
+		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "waiter", Version: version}))
+		return err
+	}
+	for range 3 {
+		require.NoError(t, start("1"))
+	}
+	require.Equal(t, int64(1), reads.n.Load())
+	for range 2 {
+		require.NoError(t, start(""))
+	}
+	require.Equal(t, int64(3), reads.n.Load())
+
+	requireCode(t, start("2"), connect.CodeNotFound)
+	_, err := e.all(acme).defs.RegisterDefinition(ctx, req(&orchardv1.RegisterDefinitionRequest{
+		Document: []byte(strings.Replace(testsystem.WaiterDef, `version: "1"`, `version: "2"`, 1))}))
+	require.NoError(t, err)
+	require.NoError(t, start("2"))
+	// Another tenant's version of the same name is its own.
+	other := e.tenant("other", nil)
+	_, err = e.clients(e.token(other, tenancy.RoleClient)).client.StartOrchestration(ctx,
+		req(&orchardv1.StartOrchestrationRequest{Name: "waiter", Version: "1"}))
+	requireCode(t, err, connect.CodeNotFound)
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
+	"github.com/maypok86/otter/v2"
 
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -12,6 +14,49 @@ import (
 )
 
 type definitionService struct{ s *Server }
+
+// maxCachedVersions bounds the registered-version cache's memory, and
+// versionTTL how long a version is remembered.
+const (
+	maxCachedVersions = 100_000
+	versionTTL        = 10 * time.Minute
+)
+
+// versionCache remembers definition versions known to be registered, so
+// that a start naming its version costs no read of the definition: a
+// registered version never changes (RegisterDefinition refuses another
+// document under it) and goes only with its tenant. Only versions found
+// are kept: a version registered a moment ago must start at once.
+type versionCache struct {
+	cache *otter.Cache[versionKey, struct{}]
+}
+
+type versionKey struct{ tenant, name, version string }
+
+func newVersionCache() *versionCache {
+	return &versionCache{cache: otter.Must(&otter.Options[versionKey, struct{}]{
+		MaximumSize:      maxCachedVersions,
+		ExpiryCalculator: otter.ExpiryWriting[versionKey, struct{}](versionTTL),
+	})}
+}
+
+// resolve returns the name and version a start names: the version given,
+// known registered or read, or the version registered last.
+func (c *versionCache) resolve(ctx context.Context, st store.Definitions, tenant, name, version string) (string, string, error) {
+	if version != "" {
+		if _, ok := c.cache.GetIfPresent(versionKey{tenant, name, version}); ok {
+			return name, version, nil
+		}
+	}
+	def, err := st.GetDefinition(ctx, &store.GetDefinitionParams{TenantID: tenant, Name: name, Version: version})
+	if err != nil {
+		return "", "", err
+	}
+	c.cache.Set(versionKey{tenant, def.Name, def.Version}, struct{}{})
+	return def.Name, def.Version, nil
+}
+
+func (c *versionCache) stop() { c.cache.StopAllGoroutines() }
 
 var _ orchardv1connect.DefinitionServiceHandler = (*definitionService)(nil)
 

@@ -141,8 +141,10 @@ type Server struct {
 	store   Store
 	tokens  tokenCodec
 	tenants *tenantCache
-	handler http.Handler
-	health  *grpchealth.StaticChecker
+	// versions: definition versions known registered (see resolve).
+	versions *versionCache
+	handler  http.Handler
+	health   *grpchealth.StaticChecker
 
 	// draining closes at Stop: long polls end early with what they have.
 	draining  chan struct{}
@@ -171,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		store:    cfg.Store,
 		tokens:   tokenCodec{key: cfg.TokenKey},
 		tenants:  newTenantCache(cfg.Store, cfg.TenantCacheTTL, maxCachedTenants),
+		versions: newVersionCache(),
 		draining: make(chan struct{}),
 		notifier: cfg.Notifier,
 	}
@@ -300,5 +303,6 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	<-done
 	s.tenants.stop()
+	s.versions.stop()
 	return errors.Join(err, s.serveErr)
 }
