@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orchardhq/orchard/internal/testsystem"
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 )
@@ -143,7 +144,9 @@ func (r row) matches(f *orchardv1.InstanceFilter) bool {
 func TestFilterProperty(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	acme := e.tenant("acme", nil, testsystem.QuickDef, testsystem.WaiterDef)
+	// Hundreds of listings in a burst: more than the default request rate
+	// allows when the machine is fast.
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 100_000}, testsystem.QuickDef, testsystem.WaiterDef)
 	e.dispatch()
 	c := e.all(acme)
 	ctx := t.Context()
