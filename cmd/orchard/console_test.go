@@ -18,7 +18,7 @@ import (
 // and the link does not work twice. TestCLITour calls it on its dev server.
 func checkDevConsole(t *testing.T, banner, base, clientToken string) {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^console: (http://\S+/console/#signin=[A-Za-z0-9_-]+) `).FindStringSubmatch(banner)
+	m := regexp.MustCompile(`(?m)^console: +(http://\S+/console/#signin=[A-Za-z0-9_-]+) `).FindStringSubmatch(banner)
 	require.NotNil(t, m, "the banner has no console link:\n%s", banner)
 	link := m[1]
 	// The tree below needs the fan-out's child, started near its end.

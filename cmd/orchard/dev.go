@@ -257,7 +257,7 @@ func printDevBanner(out io.Writer, b devBanner) {
 	}
 	fmt.Fprintf(out, "\nOrchard dev: tenant %q\n", devTenant)
 	fmt.Fprintf(out, "api:      %s\n", b.api)
-	fmt.Fprintf(out, "console: %s (one sign-in, within 15 minutes)\n", b.console)
+	fmt.Fprintf(out, "console:  %s (one sign-in, within 15 minutes)\n", b.console)
 	if b.ops != "" {
 		fmt.Fprintf(out, "metrics:  %s/metrics\n", b.ops)
 	}
