@@ -260,7 +260,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			events = append(events, eventRow{instanceID: id, executionID: exec, eventID: ev.EventID, kind: ev.Kind, payload: ev.Payload})
 		}
 	}
-	args := func(more pgx.StrictNamedArgs) pgx.StrictNamedArgs {
+	args := func(more namedArgs) namedArgs {
 		more["tenant_id"], more["now"] = tenant, now
 		more["turn_instance_ids"] = column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID })
 		more["turn_tokens"] = column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.Token })
@@ -270,13 +270,13 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 
 	queued := 0
 	if ids, delays, ok := wakeTargets(turns); ok {
-		b.Queue(sqlAckWake, pgx.StrictNamedArgs{"tenant_id": tenant, "now": now, "wake_instance_ids": ids, "wake_delays": delays})
+		b.Queue(sqlAckWake, namedArgs{"tenant_id": tenant, "now": now, "wake_instance_ids": ids, "wake_delays": delays})
 		queued++
 	}
 	enqueue := sqlAckEnqueuePinning
 	switch {
 	case len(cancels) > 0 || len(withdraws) > 0:
-		b.Queue(sqlAckCancel, args(pgx.StrictNamedArgs{
+		b.Queue(sqlAckCancel, args(namedArgs{
 			"cancel_instance_ids":   column(cancels, func(r cancelRow) string { return r.instanceID }),
 			"cancel_execution_ids":  column(cancels, func(r cancelRow) int64 { return r.executionID }),
 			"cancel_activity_ids":   column(cancels, func(r cancelRow) int64 { return r.activityID }),
@@ -287,11 +287,11 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		queued++
 		enqueue = sqlAckEnqueue
 	case len(tasks) == 0 && len(messages) == 0 && len(nexts) == 0 && len(children) > 0:
-		b.Queue(sqlAckPin, args(pgx.StrictNamedArgs{}))
+		b.Queue(sqlAckPin, args(namedArgs{}))
 		queued++
 	}
 	if len(tasks) > 0 || len(messages) > 0 || len(nexts) > 0 {
-		b.Queue(enqueue, args(pgx.StrictNamedArgs{
+		b.Queue(enqueue, args(namedArgs{
 			"task_instance_ids":     column(tasks, func(r taskRow) string { return r.instanceID }),
 			"task_execution_ids":    column(tasks, func(r taskRow) int64 { return r.executionID }),
 			"task_activity_ids":     column(tasks, func(r taskRow) int64 { return r.activityID }),
@@ -316,7 +316,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		queued++
 	}
 	if len(children) > 0 {
-		b.Queue(sqlAckChildren, args(pgx.StrictNamedArgs{
+		b.Queue(sqlAckChildren, args(namedArgs{
 			"child_parents":              column(children, func(r childRow) string { return r.parent }),
 			"child_parent_execution_ids": column(children, func(r childRow) int64 { return r.parentExecution }),
 			"child_instance_ids":         column(children, func(r childRow) string { return r.instanceID }),
@@ -353,7 +353,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		}
 		return o
 	})
-	b.Queue(sqlAckRelease, args(pgx.StrictNamedArgs{
+	b.Queue(sqlAckRelease, args(namedArgs{
 		"turn_statuses":              column(outcomes, func(o outcome) string { return string(o.status) }),
 		"turn_outputs":               column(turns, func(t *store.AckOrchestrationItemParams) []byte { return t.Output }),
 		"turn_errors":                column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Error }),

@@ -103,7 +103,7 @@ func (s *Store) bulkCandidates(ctx context.Context, tenantID string, f *store.In
 }
 
 // bulkCandidatesQuery builds the statement of bulkCandidates.
-func bulkCandidatesQuery(tenantID string, f *store.InstanceFilter, after bulkKey, n int) (sql string, args pgx.StrictNamedArgs) {
+func bulkCandidatesQuery(tenantID string, f *store.InstanceFilter, after bulkKey, n int) (sql string, args namedArgs) {
 	q := &query{}
 	filterInstances(q, tenantID, f, true)
 	q.where("i.parent_instance_id IS NULL")
@@ -207,7 +207,7 @@ func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string
 	for i, k := range roots {
 		ids[i] = k.id
 	}
-	rows, err := tx.Query(ctx, sqlTreeMembers, pgx.StrictNamedArgs{"tenant_id": tenantID, "roots": ids})
+	rows, err := tx.Query(ctx, sqlTreeMembers, namedArgs{"tenant_id": tenantID, "roots": ids})
 	if err != nil {
 		return r, nil, 0, 0, err
 	}

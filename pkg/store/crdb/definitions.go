@@ -33,7 +33,7 @@ func (s *Store) RegisterDefinition(ctx context.Context, p *store.RegisterDefinit
 	var same bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var createdAt int64
-		err := s.pool.QueryRow(ctx, sqlRegisterDefinition, pgx.StrictNamedArgs{
+		err := s.pool.QueryRow(ctx, sqlRegisterDefinition, namedArgs{
 			"tenant_id": p.TenantID, "name": p.Name, "version": p.Version, "body": []byte(p.Document), "now": now,
 		}).Scan(&res.Created, &same, &createdAt)
 		res.CreatedAt = fromMillis(createdAt)
@@ -50,7 +50,7 @@ func (s *Store) RegisterDefinition(ctx context.Context, p *store.RegisterDefinit
 
 // GetDefinition reads a version, or the one registered last.
 func (s *Store) GetDefinition(ctx context.Context, p *store.GetDefinitionParams) (*store.Definition, error) {
-	q, args := sqlGetDefinitionVersion, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "name": p.Name, "version": p.Version}
+	q, args := sqlGetDefinitionVersion, namedArgs{"tenant_id": p.TenantID, "name": p.Name, "version": p.Version}
 	if p.Version == "" {
 		q = sqlGetDefinitionLatest
 		delete(args, "version")
@@ -83,7 +83,7 @@ func (s *Store) ListDefinitions(ctx context.Context, p *store.ListDefinitionsPar
 	var out []store.Definition
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sqlListDefinitions, pgx.StrictNamedArgs{
+		rows, err := s.pool.Query(ctx, sqlListDefinitions, namedArgs{
 			"tenant_id": p.TenantID, "name": p.Name, "after_name": p.AfterName, "after_version": p.AfterVersion,
 			"with_documents": p.WithDocuments, "limit": limit})
 		if err != nil {

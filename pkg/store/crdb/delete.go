@@ -15,7 +15,7 @@ import (
 func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, d doomed) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows int64
-	err := tx.QueryRow(ctx, sqlDeleteInstanceRows, pgx.StrictNamedArgs{
+	err := tx.QueryRow(ctx, sqlDeleteInstanceRows, namedArgs{
 		"tenant_id": tenantID, "ids": d.ids, "tagged": nonNil(d.tagged), "prunable": nonNil(d.prunable),
 		"orchestrator_queued": nonNil(d.orchestratorQueued), "worker_queued": nonNil(d.workerQueued),
 		"shard": countShard(),
@@ -46,7 +46,7 @@ func (s *Store) DeleteInstancesAtomic(ctx context.Context, p *store.DeleteInstan
 	var res store.DeleteResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		res = store.DeleteResult{}
-		rows, err := tx.Query(ctx, sqlAtomicDeleteCheck, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "ids": p.InstanceIDs})
+		rows, err := tx.Query(ctx, sqlAtomicDeleteCheck, namedArgs{"tenant_id": p.TenantID, "ids": p.InstanceIDs})
 		if err != nil {
 			return err
 		}
@@ -183,7 +183,7 @@ func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, in
 	var r store.DeleteResult
 	var orchestratorRows, workerRows, leases int64
 	budget := s.opts.MaxRowsPerTransaction
-	piece := pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget / 2, "shard": countShard()}
+	piece := namedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget / 2, "shard": countShard()}
 	err := tx.QueryRow(ctx, sqlDeletePieceQueues, piece).Scan(&orchestratorRows, &workerRows, &leases)
 	if err != nil {
 		return r, err
@@ -193,7 +193,7 @@ func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, in
 	if budget <= 0 {
 		return r, nil
 	}
-	piece = pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget}
+	piece = namedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget}
 	err = tx.QueryRow(ctx, sqlDeletePieceHistory, piece).Scan(&r.EventsDeleted)
 	if err != nil || r.EventsDeleted > 0 {
 		return r, err

@@ -65,7 +65,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	now := s.now()
 	var status, late string
-	require.NoError(t, tx.QueryRow(ctx, sqlEnqueue, pgx.StrictNamedArgs{"tenant_id": "t", "instance_id": "x",
+	require.NoError(t, tx.QueryRow(ctx, sqlEnqueue, namedArgs{"tenant_id": "t", "instance_id": "x",
 		"execution_id": 1, "kind": "late", "payload": []byte(nil), "visible_at": now, "now": now, "trace_context": ""}).Scan(&status, &late))
 
 	// The ack reads the queue (without the message) and waits for the row.

@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -23,7 +21,7 @@ import (
 // current and runs each one).
 type query struct {
 	conds []string
-	args  pgx.StrictNamedArgs
+	args  namedArgs
 	// byTag says the statement reads instances by their driving tag
 	// (instance_tags g joined to instances i), so that the filter need not
 	// look the tag up again.
@@ -35,7 +33,7 @@ type query struct {
 // pick one name for different values would otherwise silently share one.
 func (q *query) arg(name string, v any) string {
 	if q.args == nil {
-		q.args = pgx.StrictNamedArgs{}
+		q.args = namedArgs{}
 	}
 	if old, ok := q.args[name]; ok && !reflect.DeepEqual(old, v) {
 		panic(fmt.Sprintf("crdb: parameter @%s bound to %#v and to %#v", name, old, v))

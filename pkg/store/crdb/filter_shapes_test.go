@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -59,7 +58,7 @@ func TestFilterShapes(t *testing.T) {
 	out.WriteString("-- The statements of the filter builder (filter.go), one per shape, as\n" +
 		"-- TestFilterShapes makes them; go test ./pkg/store/crdb -run TestFilterShapes -update\n" +
 		"-- rewrites this file.\n")
-	write := func(name, sql string, args pgx.StrictNamedArgs) {
+	write := func(name, sql string, args namedArgs) {
 		fmt.Fprintf(&out, "\n-- %s\n", name)
 		for _, name := range slices.Sorted(maps.Keys(args)) {
 			a := args[name]

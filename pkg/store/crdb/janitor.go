@@ -40,7 +40,7 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 	if p.After != nil {
 		afterAt, afterID = p.After.CompletedAt.UnixMilli(), p.After.InstanceID
 	}
-	sql, args := sqlExpiryByPolicy, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "completed_before": p.CompletedBefore.UnixMilli(),
+	sql, args := sqlExpiryByPolicy, namedArgs{"tenant_id": p.TenantID, "completed_before": p.CompletedBefore.UnixMilli(),
 		"after_completed_at": afterAt, "after_id": afterID, "limit": limit}
 	if p.Overrides {
 		sql = sqlExpiryByOverride
@@ -97,7 +97,7 @@ func (s *Store) SummarizeTrees(ctx context.Context, p *store.SummarizeTreesParam
 	out := map[string]store.TreeSummary{}
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
-		rows, err := s.pool.Query(ctx, sqlSummarizeTrees, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "root_ids": p.RootIDs})
+		rows, err := s.pool.Query(ctx, sqlSummarizeTrees, namedArgs{"tenant_id": p.TenantID, "root_ids": p.RootIDs})
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (s *Store) ListChainCandidates(ctx context.Context, p *store.ListChainCandi
 	var out []store.ChainCandidate
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sqlListChainCandidates, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "after_id": p.AfterID, "limit": limit})
+		rows, err := s.pool.Query(ctx, sqlListChainCandidates, namedArgs{"tenant_id": p.TenantID, "after_id": p.AfterID, "limit": limit})
 		if err != nil {
 			return err
 		}
@@ -157,7 +157,7 @@ func (s *Store) CountPrunable(ctx context.Context, p *store.CountPrunableParams)
 	}
 	before := millisOrNull(p.Options.CompletedBefore)
 	err := s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, sqlCountPrunable, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_ids": p.InstanceIDs,
+		return s.pool.QueryRow(ctx, sqlCountPrunable, namedArgs{"tenant_id": p.TenantID, "instance_ids": p.InstanceIDs,
 			"keep_last": p.Options.KeepLast, "completed_before": before}).
 			Scan(&r.InstancesProcessed, &r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 	})
@@ -173,7 +173,7 @@ func (s *Store) StartJanitorRun(ctx context.Context, p *store.StartJanitorRunPar
 	now := s.now()
 	var id string
 	err = s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, sqlStartJanitorRun, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "now": now, "result": result}).Scan(&id)
+		return s.pool.QueryRow(ctx, sqlStartJanitorRun, namedArgs{"tenant_id": p.TenantID, "now": now, "result": result}).Scan(&id)
 	})
 	return id, err
 }
@@ -186,7 +186,7 @@ func (s *Store) FinishJanitorRun(ctx context.Context, r *store.JanitorRun) error
 	}
 	now := s.now()
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, sqlFinishJanitorRun, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "run_id": r.RunID, "now": now, "result": result})
+		_, err := s.pool.Exec(ctx, sqlFinishJanitorRun, namedArgs{"tenant_id": r.TenantID, "run_id": r.RunID, "now": now, "result": result})
 		return err
 	})
 }
@@ -205,7 +205,7 @@ func (s *Store) StartAudit(ctx context.Context, r *store.AuditRecord) error {
 		r.StartedAt = fromMillis(s.now())
 	}
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, sqlStartAudit, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
+		_, err := s.pool.Exec(ctx, sqlStartAudit, namedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
 			"actor": r.Actor, "role": r.Role, "action": r.Action, "request": []byte(request), "started_at": r.StartedAt.UnixMilli()})
 		return err
 	})
@@ -225,7 +225,7 @@ func (s *Store) FinishAudit(ctx context.Context, r *store.AuditRecord) error {
 	}
 	res := r.Result
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, sqlFinishAudit, pgx.StrictNamedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
+		_, err := s.pool.Exec(ctx, sqlFinishAudit, namedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
 			"finished_at": finished, "error": errText, "instances": res.Instances, "executions": res.Executions,
 			"events": res.Events, "rows": res.Rows, "complete": res.Complete})
 		return err
@@ -267,7 +267,7 @@ func (s *Store) ListAuditRecords(ctx context.Context, p *store.ListAuditRecordsP
 }
 
 // auditRecordsQuery builds the statement of a page of limit audit records.
-func auditRecordsQuery(p *store.ListAuditRecordsParams, limit int) (sql string, args pgx.StrictNamedArgs) {
+func auditRecordsQuery(p *store.ListAuditRecordsParams, limit int) (sql string, args namedArgs) {
 	q := &query{}
 	if p.TenantID != "" {
 		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))
@@ -307,7 +307,7 @@ func (s *Store) PruneAuditRecords(ctx context.Context, p *store.PruneAuditRecord
 	}
 	var n int64
 	err = s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlPruneAuditRecords, pgx.StrictNamedArgs{"started_before": p.StartedBefore.UnixMilli(),
+		tag, err := s.pool.Exec(ctx, sqlPruneAuditRecords, namedArgs{"started_before": p.StartedBefore.UnixMilli(),
 			"limit": limit, "keep_actions": keep})
 		n = tag.RowsAffected()
 		return err
@@ -345,7 +345,7 @@ func (s *Store) CreateOperation(ctx context.Context, op *store.Operation) error 
 	op.CreatedAt, op.UpdatedAt = fromMillis(now), fromMillis(now)
 	var inserted bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlCreateOperation, pgx.StrictNamedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
+		tag, err := s.pool.Exec(ctx, sqlCreateOperation, namedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
 			"kind": op.Kind, "request": []byte(op.Request), "state": op.State, "now": now, "deadline": op.Deadline.UnixMilli()})
 		inserted = tag.RowsAffected() == 1
 		return err
@@ -362,7 +362,7 @@ func (s *Store) GetOperation(ctx context.Context, p *store.GetOperationParams) (
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
 		op, err = scanOperation(s.pool.QueryRow(ctx, sqlGetOperation,
-			pgx.StrictNamedArgs{"tenant_id": p.TenantID, "operation_id": p.OperationID}))
+			namedArgs{"tenant_id": p.TenantID, "operation_id": p.OperationID}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -380,7 +380,7 @@ func (s *Store) ListOpenOperations(ctx context.Context, limit int) ([]store.Oper
 	var out []store.Operation
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sqlListOpenOperations, pgx.StrictNamedArgs{"limit": limit})
+		rows, err := s.pool.Query(ctx, sqlListOpenOperations, namedArgs{"limit": limit})
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 		errText = &op.Error
 	}
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlUpdateOperation, pgx.StrictNamedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
+		tag, err := s.pool.Exec(ctx, sqlUpdateOperation, namedArgs{"tenant_id": op.TenantID, "operation_id": op.OperationID,
 			"state": op.State, "result": []byte(result), "error": errText, "now": now})
 		if err == nil && tag.RowsAffected() == 0 {
 			return fmt.Errorf("operation %q: %w", op.OperationID, store.ErrNotFound)
@@ -467,7 +467,7 @@ func (s *Store) EraseTenantRows(ctx context.Context, p *store.EraseTenantRowsPar
 			n := min(budget, s.opts.MaxRowsPerTransaction)
 			var deleted int64
 			err := s.inTx(ctx, func(tx pgx.Tx) error {
-				args := pgx.StrictNamedArgs{"tenant_id": p.TenantID, "limit": n}
+				args := namedArgs{"tenant_id": p.TenantID, "limit": n}
 				if t.name == "audit_records" {
 					args["keep_record_id"] = p.KeepRecordID
 				}

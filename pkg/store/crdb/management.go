@@ -40,7 +40,7 @@ const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_i
 // for every value, reads far more than a page for a selective range
 // (docs/decisions/store-listings-plan-with-values.md). Arguments must then
 // have types pgx infers from Go: strings, int64, []string.
-func customPlan(args pgx.StrictNamedArgs) []any {
+func customPlan(args namedArgs) []any {
 	return []any{pgx.QueryExecModeExec, args}
 }
 
@@ -94,7 +94,7 @@ func (s *Store) ListInstances(ctx context.Context, p *store.ListInstancesParams)
 // joined, not every match. In creation order, a tag filter reads the
 // instances with its driving tag from instance_tags, in that order, and
 // stops at the page.
-func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, args pgx.StrictNamedArgs, err error) {
+func listInstancesQuery(p *store.ListInstancesParams, limit int) (sql string, args namedArgs, err error) {
 	if p.TenantID == "" {
 		return "", nil, invalid("tenant id is required")
 	}
@@ -179,7 +179,7 @@ func (s *Store) CountInstances(ctx context.Context, p *store.CountInstancesParam
 
 // countInstancesQuery builds the statement of a count: over the counters
 // when they answer it, else over the matching instances.
-func countInstancesQuery(p *store.CountInstancesParams) (sql string, args pgx.StrictNamedArgs) {
+func countInstancesQuery(p *store.CountInstancesParams) (sql string, args namedArgs) {
 	q := &query{}
 	if byCounters(&p.Filter) {
 		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))
@@ -213,7 +213,7 @@ func (s *Store) RecountInstances(ctx context.Context, tenantID string) error {
 		return invalid("tenant id is required")
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		tenant := pgx.StrictNamedArgs{"tenant_id": tenantID}
+		tenant := namedArgs{"tenant_id": tenantID}
 		if _, err := tx.Exec(ctx, sqlRecountClear, tenant); err != nil {
 			return err
 		}
@@ -228,7 +228,7 @@ func (s *Store) ListExecutions(ctx context.Context, p *store.ListExecutionsParam
 	var found bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		execs, found = nil, false
-		rows, err := s.pool.Query(ctx, sqlListExecutions, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
+		rows, err := s.pool.Query(ctx, sqlListExecutions, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}
@@ -264,7 +264,7 @@ func (s *Store) ListExecutions(ctx context.Context, p *store.ListExecutionsParam
 func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) ([]string, error) {
 	var ids []string
 	err := s.retry(ctx, func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, sqlListChildren, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
+		rows, err := s.pool.Query(ctx, sqlListChildren, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}
@@ -279,7 +279,7 @@ func (s *Store) ListChildren(ctx context.Context, p *store.ListChildrenParams) (
 func (s *Store) GetParentID(ctx context.Context, p *store.GetParentIDParams) (string, error) {
 	var parent string
 	err := s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, sqlGetParentID, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&parent)
+		return s.pool.QueryRow(ctx, sqlGetParentID, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&parent)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("instance %q: %w", p.InstanceID, store.ErrNotFound)
@@ -304,7 +304,7 @@ const maxTreeDepth = 1000
 // costs to delete. It includes the instances an interrupted delete hid,
 // which reads never show.
 func walkTree(ctx context.Context, tx pgx.Tx, tenantID, rootID string) ([]treeNode, error) {
-	rows, err := tx.Query(ctx, sqlWalkTree, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": rootID, "max_depth": maxTreeDepth + 1})
+	rows, err := tx.Query(ctx, sqlWalkTree, namedArgs{"tenant_id": tenantID, "instance_id": rootID, "max_depth": maxTreeDepth + 1})
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +330,7 @@ func (s *Store) GetInstanceTree(ctx context.Context, p *store.GetInstanceTreePar
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(children)
 		found = false
-		rows, err := s.pool.Query(ctx, sqlGetInstanceTree, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
+		rows, err := s.pool.Query(ctx, sqlGetInstanceTree, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID})
 		if err != nil {
 			return err
 		}

@@ -83,14 +83,14 @@ func (s *Store) PruneExecutions(ctx context.Context, p *store.PruneExecutionsPar
 // pruneStep does one transaction's worth of pruning one instance.
 func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID string, o *store.PruneOptions) (r store.PruneResult, done, found bool, err error) {
 	before := millisOrNull(o.CompletedBefore)
-	instance := pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID}
+	instance := namedArgs{"tenant_id": tenantID, "instance_id": instanceID}
 	if err := tx.QueryRow(ctx, sqlPruneInstanceExists, instance).Scan(&found); errors.Is(err, pgx.ErrNoRows) {
 		return r, true, false, nil
 	} else if err != nil {
 		return r, false, false, err
 	}
 	budget := s.opts.MaxRowsPerTransaction
-	rows, err := tx.Query(ctx, sqlPruneCandidates, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+	rows, err := tx.Query(ctx, sqlPruneCandidates, namedArgs{"tenant_id": tenantID, "instance_id": instanceID,
 		"limit": budget + 1, "keep_last": o.KeepLast, "completed_before": before})
 	if err != nil {
 		return r, false, true, err
@@ -121,7 +121,7 @@ func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID s
 		r, err = s.pruneExecutionPiece(ctx, tx, tenantID, instanceID, cands[0].id)
 		return r, false, true, err
 	}
-	err = tx.QueryRow(ctx, sqlPruneWholeExecutions, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+	err = tx.QueryRow(ctx, sqlPruneWholeExecutions, namedArgs{"tenant_id": tenantID, "instance_id": instanceID,
 		"execution_ids": whole}).Scan(&r.ExecutionsDeleted, &r.EventsDeleted)
 	return r, len(cands) == len(whole), true, err
 }
@@ -130,13 +130,13 @@ func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, tenantID, instanceID s
 // execution too big to prune at once, hiding it first.
 func (s *Store) pruneExecutionPiece(ctx context.Context, tx pgx.Tx, tenantID, instanceID string, executionID int64) (store.PruneResult, error) {
 	var r store.PruneResult
-	err := tx.QueryRow(ctx, sqlPruneExecutionPiece, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+	err := tx.QueryRow(ctx, sqlPruneExecutionPiece, namedArgs{"tenant_id": tenantID, "instance_id": instanceID,
 		"execution_id": executionID, "limit": s.opts.MaxRowsPerTransaction - 1}).Scan(&r.EventsDeleted)
 	if err != nil || r.EventsDeleted > 0 {
 		return r, err
 	}
 	// No history left: the execution row goes too.
-	err = tx.QueryRow(ctx, sqlPruneExecutionRow, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_id": instanceID,
+	err = tx.QueryRow(ctx, sqlPruneExecutionRow, namedArgs{"tenant_id": tenantID, "instance_id": instanceID,
 		"execution_id": executionID}).Scan(&r.ExecutionsDeleted)
 	return r, err
 }
@@ -263,7 +263,7 @@ func (s *Store) pruneBulkCandidates(ctx context.Context, tenantID string, f *sto
 // that the candidates drive). The current execution is the newest:
 // executions are numbered from 1 up, and a new one becomes current in the
 // transaction that adds it.
-func pruneBulkCandidatesQuery(tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) (sql string, args pgx.StrictNamedArgs) {
+func pruneBulkCandidatesQuery(tenantID string, f *store.InstanceFilter, o *store.PruneOptions, after pruneKey, n int) (sql string, args namedArgs) {
 	q := &query{}
 	var where string
 	switch len(f.Statuses) {
@@ -365,7 +365,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 			var r store.PruneResult
 			if len(b.inst) > 0 {
 				err := s.inBatchTx(gctx, pgx.Serializable, func(batch *pgx.Batch) {
-					batch.Queue(sqlFinishPrune, pgx.StrictNamedArgs{"tenant_id": tenantID, "instance_ids": b.inst, "execution_ids": b.execs})
+					batch.Queue(sqlFinishPrune, namedArgs{"tenant_id": tenantID, "instance_ids": b.inst, "execution_ids": b.execs})
 				}, func(br pgx.BatchResults) error {
 					return br.QueryRow().Scan(&r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 				})

@@ -66,7 +66,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	now := s.now()
 	var created bool
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(sqlStartOrchestration, pgx.StrictNamedArgs{
+		b.Queue(sqlStartOrchestration, namedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
 			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning})
@@ -89,7 +89,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 func (s *Store) startRefusal(ctx context.Context, p *store.StartOrchestrationParams) error {
 	var taken bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, sqlStartRefusal, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&taken)
+		return s.pool.QueryRow(ctx, sqlStartRefusal, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}).Scan(&taken)
 	})
 	switch {
 	case err != nil:
@@ -125,7 +125,7 @@ func (s *Store) Enqueue(ctx context.Context, p *store.EnqueueParams) (*store.Enq
 	// fail whenever a claim or a turn of the instance updated the row since
 	// the enqueue began. The statement is atomic at any level.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(sqlEnqueue, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID,
+		b.Queue(sqlEnqueue, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID,
 			"execution_id": p.ExecutionID, "kind": p.Message.Kind, "payload": p.Message.Payload, "trace_context": p.TraceContext,
 			"visible_at": now + p.Delay.Milliseconds(), "now": now})
 	}, func(br pgx.BatchResults) error {
@@ -178,7 +178,7 @@ func (s *Store) GetInstance(ctx context.Context, p *store.GetInstanceParams) (*s
 		var retention *store.Retention
 		var err error
 		in, err = scanInstance(p.TenantID, s.pool.QueryRow(ctx, sqlGetInstance,
-			pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}), &retention)
+			namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID}), &retention)
 		if in != nil {
 			in.Retention = retention
 		}
@@ -203,9 +203,9 @@ func (s *Store) GetHistory(ctx context.Context, p *store.GetHistoryParams) ([]st
 	}
 	err := s.retry(ctx, func(ctx context.Context) error {
 		b := &pgx.Batch{}
-		b.Queue(sqlGetHistoryExecution, pgx.StrictNamedArgs{
+		b.Queue(sqlGetHistoryExecution, namedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "execution_id": p.ExecutionID})
-		b.Queue(sqlGetHistory, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID,
+		b.Queue(sqlGetHistory, namedArgs{"tenant_id": p.TenantID, "instance_id": p.InstanceID,
 			"execution_id": p.ExecutionID, "after_event_id": p.AfterEventID, "limit": limit})
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
@@ -307,7 +307,7 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 	now := s.now()
 	if tenantID == "" {
 		err := s.retry(ctx, func(ctx context.Context) error {
-			err := s.pool.QueryRow(ctx, sqlFindZombieTenant, pgx.StrictNamedArgs{"now": now}).Scan(&tenantID)
+			err := s.pool.QueryRow(ctx, sqlFindZombieTenant, namedArgs{"now": now}).Scan(&tenantID)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
@@ -321,9 +321,9 @@ func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leas
 	var instanceID string
 	var messages []store.QueuedMessage
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(sqlClaimZombie, pgx.StrictNamedArgs{"tenant_id": tenantID, "token": token,
+		b.Queue(sqlClaimZombie, namedArgs{"tenant_id": tenantID, "token": token,
 			"until": now + leaseDuration.Milliseconds(), "now": now, "window": zombieWindow})
-		b.Queue(sqlZombieMessages, pgx.StrictNamedArgs{"tenant_id": tenantID, "token": token, "now": now,
+		b.Queue(sqlZombieMessages, namedArgs{"tenant_id": tenantID, "token": token, "now": now,
 			"max_messages": s.opts.MaxMessagesPerTurn})
 	}, func(br pgx.BatchResults) error {
 		instanceID, messages = "", nil
@@ -373,7 +373,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		tenantPolicy store.RetentionPolicy
 	)
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		claim := pgx.StrictNamedArgs{"now": now, "token": token, "until": until, "max": max}
+		claim := namedArgs{"now": now, "token": token, "until": until, "max": max}
 		if p.TenantID != "" {
 			claim["tenant_id"] = p.TenantID
 			b.Queue(sqlClaimForTenant, claim)
@@ -383,7 +383,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			s.mu.Unlock()
 			b.Queue(sqlClaimForAnyTenant, claim)
 		}
-		b.Queue(sqlLeasedInputs, pgx.StrictNamedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
+		b.Queue(sqlLeasedInputs, namedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
 	}, func(br pgx.BatchResults) error {
 		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
 		claimCounts, strikes, retention = map[string]int64{}, map[string]int64{}, map[string]store.Retention{}
@@ -458,7 +458,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 		// after the claim committed. Let go of the leases we may hold, so
 		// the instances are not blocked until they expire.
 		// Due now: whoever claims them next sorts out what they hold.
-		_, _ = s.pool.Exec(context.WithoutCancel(ctx), sqlReleaseFailedClaim, pgx.StrictNamedArgs{"token": token})
+		_, _ = s.pool.Exec(context.WithoutCancel(ctx), sqlReleaseFailedClaim, namedArgs{"token": token})
 		return nil, false, err
 	}
 	if len(claimed) > 0 && p.TenantID == "" {
@@ -506,7 +506,7 @@ func (s *Store) consumeZombies(ctx context.Context, lease store.OrchestrationLea
 			"tenant_id", lease.TenantID, "instance_id", lease.InstanceID, "message_id", m.ID, "kind", m.Kind)
 	}
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, sqlConsumeZombies, pgx.StrictNamedArgs{
+		_, err := s.pool.Exec(ctx, sqlConsumeZombies, namedArgs{
 			"tenant_id": lease.TenantID, "instance_id": lease.InstanceID, "ids": ids, "token": lease.Token})
 		return err
 	})
@@ -524,7 +524,7 @@ func (s *Store) RenewOrchestrationLease(ctx context.Context, p *store.RenewOrche
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlRenewOrchestrationLease, pgx.StrictNamedArgs{
+		tag, err := s.pool.Exec(ctx, sqlRenewOrchestrationLease, namedArgs{
 			"tenant_id": p.Lease.TenantID, "instance_id": p.Lease.InstanceID, "token": p.Lease.Token, "now": now, "until": until})
 		renewed = tag.RowsAffected() == 1
 		return err
@@ -547,7 +547,7 @@ func (s *Store) StrikeOrchestrationLease(ctx context.Context, lease store.Orches
 	now := s.now()
 	var strikes int64
 	err := s.retry(ctx, func(ctx context.Context) error {
-		err := s.pool.QueryRow(ctx, sqlStrikeOrchestrationLease, pgx.StrictNamedArgs{
+		err := s.pool.QueryRow(ctx, sqlStrikeOrchestrationLease, namedArgs{
 			"tenant_id": lease.TenantID, "instance_id": lease.InstanceID, "token": lease.Token, "now": now}).Scan(&strikes)
 		if errors.Is(err, pgx.ErrNoRows) {
 			strikes = -1
@@ -580,7 +580,7 @@ func (s *Store) AbandonOrchestrationItem(ctx context.Context, p *store.AbandonOr
 	now := s.now()
 	var released bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		lease := pgx.StrictNamedArgs{"tenant_id": p.Lease.TenantID, "instance_id": p.Lease.InstanceID, "token": p.Lease.Token, "now": now}
+		lease := namedArgs{"tenant_id": p.Lease.TenantID, "instance_id": p.Lease.InstanceID, "token": p.Lease.Token, "now": now}
 		q := sqlAbandonOrchestrationItem
 		if p.Delay > 0 {
 			q = sqlAbandonOrchestrationItemWithDelay

@@ -1,22 +1,82 @@
 package crdb
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The store's statements live whole, one per name, in sql/*.sql: a line
 // "-- name: Name" starts a statement, which runs to the next such line or
 // the end of the file. Parameters are named (@tenant_id) and bound with
-// pgx.StrictNamedArgs, which fails on a name missing from either side.
+// namedArgs, which fails on a name missing from either side.
 // They are read at start-up into package variables (stmt), so a name that
 // no file defines stops every test of the package at once, and
 // TestStatementsAllUsed fails on a statement no code names.
 //
 //go:embed sql/*.sql
 var sqlFiles embed.FS
+
+// namedArgs binds a statement's named parameters (@name) by name, as
+// pgx.StrictNamedArgs does (a name missing from either side is an error),
+// but turns each statement into its positional form ($1...) once, not at
+// every call: the rewrite lexes the whole statement, comments included,
+// and doubled the bytes the runtime's calls allocate.
+type namedArgs map[string]any
+
+// positional is a statement's positional form and its parameters' names,
+// in order.
+type positional struct {
+	sql   string
+	names []string
+}
+
+// positionals caches positional forms by statement text. The texts are
+// the named statements and the shapes of the filter builder, a set fixed
+// by the code, so it stays small.
+var positionals sync.Map
+
+// nameMark stands for a parameter's value while pgx lexes a statement
+// once, so that its result says which name each ordinal has.
+type nameMark string
+
+// RewriteQuery implements pgx.QueryRewriter.
+func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string, args []any) (string, []any, error) {
+	v, ok := positionals.Load(sql)
+	if !ok {
+		marks := make(pgx.StrictNamedArgs, len(na))
+		for name := range na {
+			marks[name] = nameMark(name)
+		}
+		posSQL, ordered, err := marks.RewriteQuery(ctx, conn, sql, args)
+		if err != nil {
+			return "", nil, err
+		}
+		p := &positional{sql: posSQL, names: make([]string, len(ordered))}
+		for i, m := range ordered {
+			p.names[i] = string(m.(nameMark))
+		}
+		v, _ = positionals.LoadOrStore(sql, p)
+	}
+	p := v.(*positional)
+	out := make([]any, len(p.names))
+	for i, name := range p.names {
+		value, found := na[name]
+		if !found {
+			return "", nil, fmt.Errorf("argument %s found in sql query but not present in namedArgs", name)
+		}
+		out[i] = value
+	}
+	if len(na) != len(p.names) {
+		return "", nil, fmt.Errorf("namedArgs binds %d names, the statement uses %d (%s)", len(na), len(p.names), strings.Join(p.names, ", "))
+	}
+	return p.sql, out, nil
+}
 
 // statements maps each name to its statement.
 var statements = mustParseStatements(sqlFiles)

@@ -7,6 +7,8 @@ import (
 	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
 )
 
 // Every statement of sql/*.sql is named by the code: a statement no code
@@ -40,4 +42,30 @@ FROM t
 	require.ErrorContains(t, err, "defined twice")
 	_, err = parseStatements(fstest.MapFS{"sql/a.sql": {Data: []byte("-- name: Empty\n-- nothing\n")}})
 	require.Error(t, err)
+}
+
+// namedArgs binds by name as pgx.StrictNamedArgs does, on the call that
+// rewrites a statement and on the calls that reuse its rewrite: a name
+// used twice is one parameter, and a name missing from either side fails.
+func TestNamedArgs(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 2)
+	ctx := t.Context()
+	const sql = `-- @a and @b in a comment are not parameters
+SELECT @a::INT8 + @b::INT8, @a::INT8, '@c'`
+	for range 2 {
+		var sum, a int64
+		var text string
+		require.NoError(t, pool.QueryRow(ctx, sql, namedArgs{"a": 2, "b": 3}).Scan(&sum, &a, &text))
+		require.Equal(t, []any{int64(5), int64(2), "@c"}, []any{sum, a, text})
+	}
+	_, err := pool.Exec(ctx, sql, namedArgs{"a": 2})
+	require.ErrorContains(t, err, "b")
+	_, err = pool.Exec(ctx, sql, namedArgs{"a": 2, "b": 3, "c": 4})
+	require.ErrorContains(t, err, "binds 3 names")
+	// The first call of a statement is judged as strictly.
+	_, err = pool.Exec(ctx, `SELECT @x::INT8`, namedArgs{"x": 1, "y": 2})
+	require.ErrorContains(t, err, "y")
+	_, err = pool.Exec(ctx, `SELECT @x::INT8, @z::INT8`, namedArgs{"x": 1})
+	require.ErrorContains(t, err, "z")
 }

@@ -28,7 +28,7 @@ func (s *Store) CreateTenant(ctx context.Context, p *store.CreateTenantParams) e
 	now := s.now()
 	var inserted bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlCreateTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID, "now": now})
+		tag, err := s.pool.Exec(ctx, sqlCreateTenant, namedArgs{"tenant_id": p.TenantID, "now": now})
 		inserted = tag.RowsAffected() == 1
 		return err
 	})
@@ -68,7 +68,7 @@ func (s *Store) GetTenant(ctx context.Context, p *store.GetTenantParams) (*store
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlGetTenant, pgx.StrictNamedArgs{"tenant_id": p.TenantID}))
+		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlGetTenant, namedArgs{"tenant_id": p.TenantID}))
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -86,7 +86,7 @@ func (s *Store) ListTenants(ctx context.Context, p *store.ListTenantsParams) ([]
 	var out []store.Tenant
 	err = s.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, sqlListTenants, pgx.StrictNamedArgs{"after_tenant_id": p.AfterTenantID, "limit": limit})
+		rows, err := s.pool.Query(ctx, sqlListTenants, namedArgs{"after_tenant_id": p.AfterTenantID, "limit": limit})
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func (s *Store) UpdateTenant(ctx context.Context, p *store.UpdateTenantParams) (
 	var t *store.Tenant
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlUpdateTenant, pgx.StrictNamedArgs{
+		t, err = s.scanTenant(ctx, s.pool.QueryRow(ctx, sqlUpdateTenant, namedArgs{
 			"tenant_id": p.TenantID, "state": state, "limits": limits, "retention": retention, "now": now}))
 		return err
 	})

@@ -45,7 +45,7 @@ func (s *Store) ListUsage(ctx context.Context, p *store.ListUsageParams) ([]stor
 	var ids []string
 	err = s.retry(ctx, func(ctx context.Context) error {
 		ids = ids[:0]
-		rows, err := s.pool.Query(ctx, sqlListUsageTenants, pgx.StrictNamedArgs{
+		rows, err := s.pool.Query(ctx, sqlListUsageTenants, namedArgs{
 			"after_tenant_id": p.AfterTenantID, "tenant_ids": nonNil(p.TenantIDs), "limit": limit})
 		if err != nil {
 			return err
@@ -79,7 +79,7 @@ func (s *Store) measure(ctx context.Context, tenants []string) ([]store.TenantUs
 			index[t] = &out[i]
 		}
 		b := &pgx.Batch{}
-		ids := pgx.StrictNamedArgs{"tenant_ids": tenants}
+		ids := namedArgs{"tenant_ids": tenants}
 		b.Queue(sqlUsageInstancesByStatus, ids)
 		b.Queue(sqlUsageExecutionsAndEvents, ids)
 		b.Queue(sqlUsageQueuedMessages, ids)
@@ -161,7 +161,7 @@ func (s *Store) ListJanitorRuns(ctx context.Context, p *store.ListJanitorRunsPar
 }
 
 // janitorRunsQuery builds the statement of a page of limit janitor runs.
-func janitorRunsQuery(p *store.ListJanitorRunsParams, limit int) (sql string, args pgx.StrictNamedArgs, err error) {
+func janitorRunsQuery(p *store.ListJanitorRunsParams, limit int) (sql string, args namedArgs, err error) {
 	q := &query{}
 	if p.TenantID != "" {
 		q.where("tenant_id = %s", q.arg("tenant_id", p.TenantID))

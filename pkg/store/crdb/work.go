@@ -36,7 +36,7 @@ func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams)
 	// READ COMMITTED, like the orchestration claim: the claim is a
 	// compare-and-set on the row and SKIP LOCKED keeps callers apart.
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		args := pgx.StrictNamedArgs{"task_queue": p.TaskQueue, "now": now, "token": token, "until": until}
+		args := namedArgs{"task_queue": p.TaskQueue, "now": now, "token": token, "until": until}
 		if p.TenantID != "" {
 			args["tenant_id"] = p.TenantID
 			b.Queue(sqlClaimWorkForTenant, args)
@@ -90,7 +90,7 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 	until := now + p.Duration.Milliseconds()
 	var renewed bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlRenewWork, pgx.StrictNamedArgs{
+		tag, err := s.pool.Exec(ctx, sqlRenewWork, namedArgs{
 			"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token, "now": now, "until": until})
 		renewed = tag.RowsAffected() == 1
 		return err
@@ -120,7 +120,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	now := s.now()
 	var done bool
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		lease := pgx.StrictNamedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
+		lease := namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
 		if p.Result == nil {
 			b.Queue(sqlAckWork, lease)
 			return
@@ -152,7 +152,7 @@ func (s *Store) AbandonWorkItem(ctx context.Context, p *store.AbandonWorkItemPar
 	now := s.now()
 	var released bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlAbandonWork, pgx.StrictNamedArgs{
+		tag, err := s.pool.Exec(ctx, sqlAbandonWork, namedArgs{
 			"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token, "visible_at": now + p.Delay.Milliseconds()})
 		released = tag.RowsAffected() == 1
 		return err
