@@ -63,8 +63,9 @@ func TestCapture(t *testing.T) {
 	}
 	require.Equal(t, []string{"", "read committed"}, seen["SELECT version()"])
 	require.NotContains(t, seen, "SELECT 42")
-	require.NotContains(t, seen, "begin isolation level read committed", "the test's own BEGIN")
-	require.Equal(t, []string{"read committed"}, seen["BEGIN ISOLATION LEVEL READ COMMITTED"])
+	// pgx words the store's BEGIN as it words the test's own: one record,
+	// the store's.
+	require.Equal(t, []string{"read committed"}, seen["begin isolation level read committed"], "the store's BEGIN, and not the test's own")
 	require.Equal(t, []string{"read committed"}, seen["COMMIT"])
 	claims := 0
 	for sql, isos := range seen {
