@@ -702,6 +702,9 @@ func testListRareTags(t *testing.T, h *harness) {
 	})
 	require.NoError(t, err)
 	h.drain(tenant)
+	// t-07 ends before the child starts: with the child's start due, a
+	// fetch could keep taking the child instead.
+	h.finish(tenant, "t-07", store.StatusCompleted)
 	h.enqueue(tenant, "t-00", `"spawn"`, 0)
 	item := h.fetchInstance(tenant, "t-00")
 	p := turn(item)
@@ -710,7 +713,6 @@ func testListRareTags(t *testing.T, h *harness) {
 		Start: store.Message{Kind: kindStart}, IfTaken: store.Message{Kind: "child_failed"},
 	}}
 	h.ack(p)
-	h.finish(tenant, "t-07", store.StatusCompleted)
 
 	cases := []struct {
 		name string
