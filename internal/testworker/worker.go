@@ -50,12 +50,22 @@ type Worker struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
-	completed, failed, emptyPolls, leaseLosses, busy atomic.Int64
+	completed, failed, emptyPolls, leaseLosses, running atomic.Int64
+	// loopEmptyPolls counts each loop's empty passes.
+	loopEmptyPolls []atomic.Int64
 }
 
 // Stats counts what a worker did.
 type Stats struct {
-	Completed, Failed, EmptyPolls, LeaseLosses, Busy int64
+	Completed, Failed, LeaseLosses int64
+	// EmptyPolls counts the passes over every task queue that found nothing;
+	// EmptyPollsByLoop counts them for each loop.
+	EmptyPolls       int64
+	EmptyPollsByLoop []int64
+	// Running is the number of tasks fetched and not yet completed (or
+	// failed, or lost): a task is counted in Completed, Failed or
+	// LeaseLosses before it stops running.
+	Running int64
 }
 
 // Start starts the worker's loops; they run until Stop or until ctx ends.
@@ -73,7 +83,7 @@ func Start(ctx context.Context, cfg Config) *Worker {
 		cfg.Poll = time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w := &Worker{cfg: cfg, cancel: cancel}
+	w := &Worker{cfg: cfg, cancel: cancel, loopEmptyPolls: make([]atomic.Int64, cfg.Loops)}
 	for i := range cfg.Loops {
 		w.done.Add(1)
 		go func() {
@@ -93,8 +103,12 @@ func (w *Worker) Stop() {
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() Stats {
-	return Stats{Completed: w.completed.Load(), Failed: w.failed.Load(), EmptyPolls: w.emptyPolls.Load(),
-		LeaseLosses: w.leaseLosses.Load(), Busy: w.busy.Load()}
+	st := Stats{Completed: w.completed.Load(), Failed: w.failed.Load(), EmptyPolls: w.emptyPolls.Load(),
+		LeaseLosses: w.leaseLosses.Load(), Running: w.running.Load(), EmptyPollsByLoop: make([]int64, len(w.loopEmptyPolls))}
+	for i := range w.loopEmptyPolls {
+		st.EmptyPollsByLoop[i] = w.loopEmptyPolls[i].Load()
+	}
+	return st
 }
 
 func (w *Worker) loop(ctx context.Context, n int) {
@@ -105,20 +119,21 @@ func (w *Worker) loop(ctx context.Context, n int) {
 		// One pass over the queues, starting from a different one each time.
 		for range w.cfg.TaskQueues {
 			q = (q + 1) % len(w.cfg.TaskQueues)
-			w.busy.Add(1)
 			item, err := w.cfg.Store.FetchWorkItem(ctx, &store.FetchWorkItemParams{
 				TenantID: w.cfg.TenantID, TaskQueue: w.cfg.TaskQueues[q], LeaseDuration: w.cfg.LeaseDuration,
 			})
 			if err == nil && item != nil {
 				found = true
+				w.running.Add(1)
 				w.run(ctx, item)
+				w.running.Add(-1)
 			}
-			w.busy.Add(-1)
 		}
 		if found {
 			wait = 0
 		} else {
 			w.emptyPolls.Add(1)
+			w.loopEmptyPolls[n].Add(1)
 			// Idle: wait longer after each empty pass, up to 32 × Poll.
 			wait = min(max(2*wait, w.cfg.Poll), 32*w.cfg.Poll)
 			t := time.NewTimer(wait)

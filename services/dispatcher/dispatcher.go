@@ -154,8 +154,9 @@ type Dispatcher struct {
 
 // stats counts what the loops did, for Stats.
 type stats struct {
-	turns, emptyPolls, leaseLosses atomic.Int64
-	busy                           atomic.Int64
+	turns, emptyPolls, leaseLosses, running atomic.Int64
+	// loopEmptyPolls counts each loop's empty fetches.
+	loopEmptyPolls []atomic.Int64
 }
 
 // Stats is a snapshot of a dispatcher's counters.
@@ -166,8 +167,12 @@ type Stats struct {
 	EmptyPolls int64
 	// LeaseLosses is the number of turns whose ack found the lease gone.
 	LeaseLosses int64
-	// Busy is the number of loops fetching or running a batch.
-	Busy int64
+	// Running is the number of loops running a batch they fetched, from the
+	// fetch's return to the batch's ack. A batch's turns are counted before
+	// it stops running.
+	Running int64
+	// EmptyPollsByLoop is EmptyPolls for each loop.
+	EmptyPollsByLoop []int64
 }
 
 // New checks the config and builds a dispatcher.
@@ -183,6 +188,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d.wake = make(chan struct{})
 	d.kick = make(chan struct{}, 1)
+	d.stats.loopEmptyPolls = make([]atomic.Int64, cfg.Loops)
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
 	d.policies = newPolicyCache(cfg.Store, cfg.PolicyTTL)
 	return d, nil
@@ -258,12 +264,17 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher) Stats() Stats {
-	return Stats{
-		Turns:       d.stats.turns.Load(),
-		EmptyPolls:  d.stats.emptyPolls.Load(),
-		LeaseLosses: d.stats.leaseLosses.Load(),
-		Busy:        d.stats.busy.Load(),
+	st := Stats{
+		Turns:            d.stats.turns.Load(),
+		EmptyPolls:       d.stats.emptyPolls.Load(),
+		LeaseLosses:      d.stats.leaseLosses.Load(),
+		Running:          d.stats.running.Load(),
+		EmptyPollsByLoop: make([]int64, len(d.stats.loopEmptyPolls)),
 	}
+	for i := range d.stats.loopEmptyPolls {
+		st.EmptyPollsByLoop[i] = d.stats.loopEmptyPolls[i].Load()
+	}
+	return st
 }
 
 // loop fetches and runs batches until fetchCtx ends. Turns run under
@@ -275,9 +286,7 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 		if wait > 0 && !d.sleep(fetchCtx, wait) {
 			return
 		}
-		d.stats.busy.Add(1)
-		err := d.fetchAndRun(fetchCtx, turnCtx)
-		d.stats.busy.Add(-1)
+		err := d.fetchAndRun(fetchCtx, turnCtx, n)
 		switch {
 		case errors.Is(err, errNoWork):
 			failures.Reset()
@@ -298,8 +307,8 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 // errNoWork: a fetch found nothing to do.
 var errNoWork = errors.New("no work")
 
-// fetchAndRun fetches a batch and runs it.
-func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
+// fetchAndRun fetches a batch and runs it; n is the loop's number.
+func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) error {
 	// A fetch in flight when a drain's deadline passes runs to its end, and
 	// its turns are then abandoned: cut short, its claim could still commit
 	// in the database after the store let go of what it leased, and the
@@ -315,9 +324,12 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context) error {
 	}
 	if len(items) == 0 {
 		d.stats.emptyPolls.Add(1)
+		d.stats.loopEmptyPolls[n].Add(1)
 		d.metrics.emptyPolls.Add(fetchCtx, 1)
 		return errNoWork
 	}
+	d.stats.running.Add(1)
+	defer d.stats.running.Add(-1)
 	if len(items) == d.cfg.Batch {
 		d.wakeIdle()
 	}

@@ -589,7 +589,7 @@ steps:
 	in := s.waitDone("doubling")
 	require.Equal(t, store.StatusFailed, in.Status)
 	require.Equal(t, "steps[13].set.v14: ${ [vars.v13, vars.v13] }: the value is larger than the limit of 100000 bytes", in.Error)
-	require.NoError(t, d.Stop(t.Context()))
+	s.stopDispatcher(d)
 
 	setLimits(store.Limits{TurnBudgetMillis: 1})
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,6 +124,14 @@ func (s *system) startDispatcher(d *dispatcher.Dispatcher) {
 	s.t.Cleanup(func() { _ = d.Stop(context.Background()) })
 }
 
+// stopDispatcher drains a dispatcher the system started, and leaves it out
+// of the idle judgement, whose loops must all poll.
+func (s *system) stopDispatcher(d *dispatcher.Dispatcher) {
+	s.t.Helper()
+	require.NoError(s.t, d.Stop(s.t.Context()))
+	s.dispatchers = slices.DeleteFunc(s.dispatchers, func(e *dispatcher.Dispatcher) bool { return e == d })
+}
+
 func (s *system) worker(h testworker.Handler, queues ...string) *testworker.Worker {
 	s.t.Helper()
 	w := testworker.Start(s.t.Context(), testworker.Config{Store: s.store, TaskQueues: queues, Handler: h})
@@ -203,53 +212,68 @@ func (s *system) waitDone(id string) *store.Instance {
 	return in
 }
 
-type counters struct{ turns, polls, done, wpolls, busy int64 }
+// counters is a snapshot of what the dispatchers and workers did: turns
+// and tasks ended, tasks and batches running, and each loop's empty polls.
+type counters struct {
+	running, blocked, turns, done int64
+	polls                         []int64
+}
 
+// counters reads the running loops before the turns and tasks that ended:
+// a loop counts its turns and tasks before it stops running, so nothing
+// ends unseen between the two reads.
 func (s *system) counters() counters {
 	var c counters
 	for _, d := range s.dispatchers {
+		c.running += d.Stats().Running
+	}
+	for _, w := range s.workers {
+		c.running += w.Stats().Running
+	}
+	c.blocked = s.blocked.Load()
+	c.running -= c.blocked
+	for _, d := range s.dispatchers {
 		st := d.Stats()
 		c.turns += st.Turns + st.LeaseLosses
-		c.polls += st.EmptyPolls
-		c.busy += st.Busy
+		c.polls = append(c.polls, st.EmptyPollsByLoop...)
 	}
 	for _, w := range s.workers {
 		st := w.Stats()
 		c.done += st.Completed + st.Failed + st.LeaseLosses
-		c.wpolls += st.EmptyPolls
-		c.busy += st.Busy
+		c.polls = append(c.polls, st.EmptyPollsByLoop...)
 	}
-	c.busy -= s.blocked.Load()
 	return c
 }
 
-// idle reports whether nothing can happen without the clock moving: no loop
-// is busy, and every dispatcher and worker loop fetched nothing, twice over,
-// while no turn and no task completed. It waits for those polls as long as
-// nothing happens, until deadline: on a loaded machine two passes of a
-// worker over five task queues can take seconds, and a shorter bound of
-// its own would answer "not idle" again and again while nothing happens,
-// so that the clock never moves (TestExamples/nightly_report_continues_as_new
-// needs it moved five times).
+// idle reports whether nothing can happen without the clock moving. It
+// takes a snapshot with nothing running, then waits until every dispatcher
+// and worker loop has fetched nothing twice (so once in a fetch that began
+// after the snapshot), and judges idle when still nothing runs and no turn
+// or task ended in between: whatever a fetch could find was written before
+// the snapshot, and the later empty fetches would have found it. Only
+// running turns and tasks stop the judgement, not fetches, which a loaded
+// machine keeps in flight nearly all the time. It waits as long as nothing
+// happens, until deadline: on a loaded machine two passes of a worker over
+// five task queues can take seconds.
 func (s *system) idle(deadline time.Time) bool {
 	a := s.counters()
-	if a.busy != 0 {
+	if a.running != 0 {
 		return false
-	}
-	loops, wloops := int64(0), int64(0)
-	for range s.dispatchers {
-		loops += 4
-	}
-	for range s.workers {
-		wloops += 4
 	}
 	for {
 		b := s.counters()
-		if b.turns != a.turns || b.done != a.done || time.Now().After(deadline) {
+		if len(b.polls) != len(a.polls) || b.blocked != a.blocked || b.running != 0 || b.turns != a.turns || b.done != a.done || time.Now().After(deadline) {
 			return false
 		}
-		if b.polls >= a.polls+2*loops && b.wpolls >= a.wpolls+2*wloops {
-			return b.busy == 0
+		// A blocked handler's loop does not poll until its context ends.
+		twice := int64(0)
+		for i := range b.polls {
+			if b.polls[i] >= a.polls[i]+2 {
+				twice++
+			}
+		}
+		if twice >= int64(len(b.polls))-b.blocked {
+			return true
 		}
 		testwait.Tick()
 	}
