@@ -46,8 +46,8 @@ func TestCapture(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(t.Context()))
 	// A pipelined READ COMMITTED transaction of the store.
-	_, err = crdb.New(pool, crdb.Options{}).FetchWorkItem(t.Context(),
-		&store.FetchWorkItemParams{TenantID: "t1", TaskQueue: "q", LeaseDuration: time.Minute})
+	_, err = crdb.New(pool, crdb.Options{}).FetchWorkItems(t.Context(),
+		&store.FetchWorkItemsParams{TenantID: "t1", TaskQueue: "q", LeaseDuration: time.Minute})
 	require.NoError(t, err)
 	// Sent by this test file: left out.
 	_, err = pool.Exec(t.Context(), "SELECT 42")

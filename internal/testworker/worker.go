@@ -119,13 +119,14 @@ func (w *Worker) loop(ctx context.Context, n int) {
 		// One pass over the queues, starting from a different one each time.
 		for range w.cfg.TaskQueues {
 			q = (q + 1) % len(w.cfg.TaskQueues)
-			item, err := w.cfg.Store.FetchWorkItem(ctx, &store.FetchWorkItemParams{
-				TenantID: w.cfg.TenantID, TaskQueue: w.cfg.TaskQueues[q], LeaseDuration: w.cfg.LeaseDuration,
+			// One task at a time: a loop runs what it leases.
+			items, err := w.cfg.Store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{
+				TenantID: w.cfg.TenantID, TaskQueue: w.cfg.TaskQueues[q], LeaseDuration: w.cfg.LeaseDuration, Max: 1,
 			})
-			if err == nil && item != nil {
+			if err == nil && len(items) == 1 {
 				found = true
 				w.running.Add(1)
-				w.run(ctx, item)
+				w.run(ctx, items[0])
 				w.running.Add(-1)
 			}
 		}

@@ -68,7 +68,8 @@ type workerOptions struct {
 }
 
 // WithConcurrency bounds how many handlers run at once (default 8). The
-// worker polls only when it has room for a task.
+// worker polls only when it has room for a task, and asks each poll for as
+// many tasks as it has room for (at most 64).
 func WithConcurrency(n int) WorkerOption {
 	return func(o *workerOptions) { o.concurrency = n }
 }
@@ -366,8 +367,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 // pollBackoff spaces the polls after failures.
 var pollBackoff = RetryPolicy{InitialBackoff: 100 * time.Millisecond, MaxBackoff: 10 * time.Second}
 
-// poll is one poller: take a slot, lease a task, run it in the slot. It
-// returns an error only when the worker cannot work at all.
+// maxPollTasks is the most tasks one poll asks for (the API's bound on
+// max_tasks).
+const maxPollTasks = 64
+
+// poll is one poller: take the free slots (at least one), lease as many
+// tasks in one poll, run each in a slot and hand back the slots left over.
+// It returns an error only when the worker cannot work at all.
 func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, running *sync.WaitGroup) error {
 	failures := pollBackoff.waits()
 	for {
@@ -376,11 +382,25 @@ func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, runn
 		case <-ctx.Done():
 			return nil
 		}
+		held := 1
+	more:
+		for held < maxPollTasks {
+			select {
+			case slots <- struct{}{}:
+				held++
+			default:
+				break more
+			}
+		}
+		maxTasks := int32(held)
 		resp, err := call(ctx, w.client, notIdempotent, w.client.workers.PollActivityTask, &orchardv1.PollActivityTaskRequest{
 			TaskQueue: w.queue, Wait: duration(w.opts.pollWait), LeaseDuration: duration(w.opts.lease), WorkerIdentity: w.opts.identity,
+			MaxTasks: &maxTasks,
 		})
 		if err != nil {
-			<-slots
+			for range held {
+				<-slots
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -403,15 +423,23 @@ func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, runn
 			continue
 		}
 		failures.reset()
-		task := resp.GetTask()
-		if task == nil {
-			<-slots
-			continue
+		tasks := resp.GetTasks()
+		if len(tasks) > held {
+			// Running them would exceed the concurrency: they go to another
+			// worker when their leases lapse.
+			w.log.Warn("sdk: the server handed out more tasks than asked for; the extra ones are left to their leases",
+				slog.Int("asked", held), slog.Int("got", len(tasks)))
+			tasks = tasks[:held]
 		}
-		running.Go(func() {
-			defer func() { <-slots }()
-			w.execute(handlerCtx, task)
-		})
+		for range held - len(tasks) {
+			<-slots
+		}
+		for _, task := range tasks {
+			running.Go(func() {
+				defer func() { <-slots }()
+				w.execute(handlerCtx, task)
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type taskServer struct {
 
 	polls      atomic.Int32
 	mu         sync.Mutex
+	asked      []*int32 // each poll's max_tasks
 	completed  map[string][]byte
 	failed     map[string]*orchardv1.FailActivityTaskRequest
 	heartbeats map[string]int
@@ -74,10 +76,27 @@ func (s *taskServer) PollActivityTask(ctx context.Context, req *connect.Request[
 	}
 	t := time.NewTimer(req.Msg.Wait.AsDuration())
 	defer t.Stop()
+	max := int(req.Msg.GetMaxTasks())
+	s.mu.Lock()
+	s.asked = append(s.asked, req.Msg.MaxTasks)
+	s.mu.Unlock()
 	select {
 	case task := <-s.tasks:
-		task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.skew + s.lease))
-		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Task: task}), nil
+		// The first task, and as many more as are queued, up to max.
+		tasks := []*orchardv1.ActivityTask{task}
+	more:
+		for len(tasks) < max {
+			select {
+			case task := <-s.tasks:
+				tasks = append(tasks, task)
+			default:
+				break more
+			}
+		}
+		for _, task := range tasks {
+			task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.skew + s.lease))
+		}
+		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Tasks: tasks}), nil
 	case <-t.C:
 		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{}), nil
 	case <-ctx.Done():
@@ -128,6 +147,13 @@ func (s *taskServer) waitReports(t *testing.T, n int) []string {
 		}
 	}
 	return tokens
+}
+
+// askedFor returns the max_tasks of each poll so far.
+func (s *taskServer) askedFor() []*int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.asked)
 }
 
 func (s *taskServer) heartbeatsOf(token string) int {
@@ -393,6 +419,41 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	s.waitReports(t, 10)
 	require.Equal(t, int32(3), most.Load())
 	require.Greater(t, s.polls.Load(), polls)
+}
+
+// TestAPollAsksForTheFreeSlots: a poll asks for as many tasks as the
+// worker has room to run, at most 64, and runs each it gets.
+func TestAPollAsksForTheFreeSlots(t *testing.T) {
+	t.Parallel()
+	const concurrency = 70
+	s := newTaskServer()
+	w := newWorker(t, s, sdk.WithConcurrency(concurrency))
+	var running atomic.Int32
+	release := make(chan struct{})
+	sdk.Register(w, "hold", func(ctx context.Context, _ any) (int, error) {
+		running.Add(1)
+		<-release
+		return 1, nil
+	})
+	for range concurrency {
+		s.add("hold", `{}`)
+	}
+	startWorker(t, w)
+	eventually(t, "every handler running", func() bool { return running.Load() == concurrency })
+	asked := s.askedFor()
+	// Two pollers, each holding what slots it could take: the one that
+	// reached 64 left the rest to the other.
+	require.Len(t, asked, 2, "polls: %v", asked)
+	sum := int32(0)
+	for _, n := range asked {
+		require.NotNil(t, n, "a poll left max_tasks unset")
+		require.GreaterOrEqual(t, *n, int32(1))
+		require.LessOrEqual(t, *n, int32(64))
+		sum += *n
+	}
+	require.Equal(t, int32(concurrency), sum, "the polls asked for more or less than the free slots")
+	close(release)
+	s.waitReports(t, concurrency)
 }
 
 // busyWorker runs a worker of concurrency 2 with two handlers in flight

@@ -235,10 +235,12 @@ type Runtime interface {
 	// anything; the instance can be fetched again after Delay.
 	AbandonOrchestrationItem(ctx context.Context, p *AbandonOrchestrationItemParams) error
 
-	// FetchWorkItem leases the oldest visible task of a task queue. It
-	// returns nil and no error when there is none. Without a tenant it
-	// serves the active tenants in turn, as FetchOrchestrationItem does.
-	FetchWorkItem(ctx context.Context, p *FetchWorkItemParams) (*WorkItem, error)
+	// FetchWorkItems leases up to Max of the oldest visible tasks of a
+	// task queue at once (one round trip), each with a lease of its own.
+	// It returns none and no error when there is none. Without a tenant it
+	// serves the active tenants in turn, as FetchOrchestrationItem does:
+	// one fetch leases the tasks of one tenant.
+	FetchWorkItems(ctx context.Context, p *FetchWorkItemsParams) ([]*WorkItem, error)
 	// RenewWorkItemLease extends a live task lease. ErrLeaseLost when the
 	// task is gone (cancelled, instance deleted) or the lease lapsed: the
 	// worker's signal to cancel the activity.
@@ -417,13 +419,15 @@ type AbandonOrchestrationItemParams struct {
 	Delay time.Duration
 }
 
-// FetchWorkItemParams says which task queue to fetch from.
-type FetchWorkItemParams struct {
+// FetchWorkItemsParams says which task queue to fetch from, and how much.
+type FetchWorkItemsParams struct {
 	// TenantID restricts the fetch to one tenant; empty fetches for all
 	// registered tenants, in turn.
 	TenantID      string
 	TaskQueue     string
 	LeaseDuration time.Duration
+	// Max bounds the tasks leased (1 when 0).
+	Max int
 }
 
 // RenewWorkItemLeaseParams extends a task lease.

@@ -30,10 +30,10 @@ func apiWorker(ctx context.Context, c *clients, q string, loops int) (stop func(
 				res, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{
 					TaskQueue: q, Wait: durationpb.New(time.Second), WorkerIdentity: "e2e",
 				}))
-				if err != nil || res.Msg.Task == nil {
+				if err != nil || len(res.Msg.Tasks) == 0 {
 					continue
 				}
-				task := res.Msg.Task
+				task := res.Msg.Tasks[0]
 				_, _ = c.worker.HeartbeatActivityTask(ctx, req(&orchardv1.HeartbeatActivityTaskRequest{TaskToken: task.TaskToken}))
 				result := fmt.Appendf(nil, `{"echo":%s}`, orNull(task.Input))
 				_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: task.TaskToken, Result: result}))

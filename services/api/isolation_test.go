@@ -137,7 +137,7 @@ func TestTenantIsolation(t *testing.T) {
 	defer cancel()
 	polled, err := cb.worker.PollActivityTask(pctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(50 * time.Millisecond)}))
 	require.NoError(t, err)
-	require.Nil(t, polled.Msg.Task, "B leased A's task")
+	require.Empty(t, polled.Msg.Tasks, "B leased A's task")
 
 	// Every RPC that names an instance, a task, a definition or a page
 	// token is covered above, so that a new one without a case fails here.

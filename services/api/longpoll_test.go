@@ -44,7 +44,7 @@ func TestLongPolls(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
 	polled, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(150 * time.Millisecond)}))
 	require.NoError(t, err)
-	require.Nil(t, polled.Msg.Task)
+	require.Empty(t, polled.Msg.Tasks)
 
 	// Before the caller's deadline, when it is the nearer one. The deadline
 	// travels as Connect's timeout header and the caller's own context has

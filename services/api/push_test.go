@@ -52,7 +52,7 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 		t.Fatal("the scheduled task did not reach the waiting poll")
 	}
 	require.NoError(t, p.err)
-	require.NotNil(t, p.res.Msg.Task, "the poll answered without the task")
+	require.Len(t, p.res.Msg.Tasks, 1, "the poll answered without the task")
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the poll looked once, on the hint")
 
 	type waited struct {
@@ -66,7 +66,7 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	}()
 	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
 	queriesBefore = e.API.LongPollQueries()
-	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.res.Msg.Task.TaskToken, Result: []byte(`8`)}))
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.res.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
 	require.NoError(t, err)
 	var w waited
 	select {

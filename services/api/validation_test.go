@@ -107,6 +107,14 @@ func TestValidation(t *testing.T) {
 			_, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", LeaseDuration: durationpb.New(time.Millisecond)}))
 			return err
 		}, "lease_duration"},
+		{"poll for zero tasks", func() error {
+			_, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", MaxTasks: new(int32(0))}))
+			return err
+		}, "max_tasks"},
+		{"poll for too many tasks", func() error {
+			_, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", MaxTasks: new(int32(65))}))
+			return err
+		}, "max_tasks"},
 		{"forged task token", func() error {
 			_, err := c.worker.HeartbeatActivityTask(ctx, req(&orchardv1.HeartbeatActivityTaskRequest{TaskToken: "abc.def"}))
 			return err

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,62 +30,83 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 		lease = m.LeaseDuration.AsDuration()
 	}
 	deadline := longPollDeadline(ctx, m.Wait)
-	var item *store.WorkItem
+	var items []*store.WorkItem
 	sub := w.s.notifier.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: t.TenantID, Key: m.TaskQueue})
 	defer sub.Close()
+	// Whatever the first query that finds tasks leases is the answer: a
+	// poll does not wait to fill its batch.
 	_, err := w.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
 		var err error
-		item, err = w.s.store.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease})
-		return item != nil, err
+		items, err = w.s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{
+			TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease, Max: int(m.GetMaxTasks()),
+		})
+		return len(items) > 0, err
 	})
-	if err != nil && item == nil {
+	if err != nil && len(items) == 0 {
 		return nil, err
 	}
-	if item == nil {
+	if len(items) == 0 {
 		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{}), nil
 	}
 	if ctx.Err() != nil {
-		// The worker went away as the task was leased: hand it back now
-		// rather than when the lease lapses.
-		w.release(ctx, item)
+		// The worker went away as the tasks were leased: hand them back
+		// now rather than when their leases lapse.
+		w.release(ctx, items)
 		return nil, ctx.Err()
 	}
-	token, err := w.s.tokens.sealTask(t.TenantID, &taskToken{
-		ID: item.Lease.ID, Lock: item.Lease.Token, InstanceID: item.InstanceID, ExecutionID: item.ExecutionID,
-		ActivityID: item.ActivityID, Attempt: item.Attempt, LeaseMillis: lease.Milliseconds(),
-	})
-	if err != nil {
-		w.release(ctx, item)
-		return nil, err
+	res := &orchardv1.PollActivityTaskResponse{Tasks: make([]*orchardv1.ActivityTask, len(items))}
+	for i, item := range items {
+		token, err := w.s.tokens.sealTask(t.TenantID, &taskToken{
+			ID: item.Lease.ID, Lock: item.Lease.Token, InstanceID: item.InstanceID, ExecutionID: item.ExecutionID,
+			ActivityID: item.ActivityID, Attempt: item.Attempt, LeaseMillis: lease.Milliseconds(),
+		})
+		if err != nil {
+			w.release(ctx, items)
+			return nil, err
+		}
+		res.Tasks[i] = &orchardv1.ActivityTask{
+			TaskToken:      token,
+			InstanceId:     item.InstanceID,
+			ExecutionId:    item.ExecutionID,
+			ActivityId:     item.ActivityID,
+			Name:           item.Name,
+			TaskQueue:      item.TaskQueue,
+			Input:          item.Input,
+			Attempt:        int32(item.Attempt),
+			LeaseExpiresAt: timestamp(item.Lease.ExpiresAt),
+			CreatedAt:      timestamp(item.CreatedAt),
+			Traceparent:    item.TraceContext,
+		}
+		if m.WorkerIdentity != "" {
+			w.s.log.DebugContext(ctx, "api: task leased", slog.String("tenant", t.TenantID), slog.String("instance", item.InstanceID),
+				slog.Int64("activity", item.ActivityID), slog.String("worker", m.WorkerIdentity))
+		}
 	}
-	if m.WorkerIdentity != "" {
-		w.s.log.DebugContext(ctx, "api: task leased", slog.String("tenant", t.TenantID), slog.String("instance", item.InstanceID),
-			slog.Int64("activity", item.ActivityID), slog.String("worker", m.WorkerIdentity))
+	if m.MaxTasks == nil {
+		// A worker that predates max_tasks reads the one task here.
+		//lint:ignore SA1019 the field is kept for such workers
+		res.Task = res.Tasks[0]
 	}
-	return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Task: &orchardv1.ActivityTask{
-		TaskToken:      token,
-		InstanceId:     item.InstanceID,
-		ExecutionId:    item.ExecutionID,
-		ActivityId:     item.ActivityID,
-		Name:           item.Name,
-		TaskQueue:      item.TaskQueue,
-		Input:          item.Input,
-		Attempt:        int32(item.Attempt),
-		LeaseExpiresAt: timestamp(item.Lease.ExpiresAt),
-		CreatedAt:      timestamp(item.CreatedAt),
-		Traceparent:    item.TraceContext,
-	}}), nil
+	return connect.NewResponse(res), nil
 }
 
-func (w *workerService) release(ctx context.Context, item *store.WorkItem) {
+// release hands leased tasks back at once, for a worker that will not get
+// them.
+func (w *workerService) release(ctx context.Context, items []*store.WorkItem) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := w.s.store.AbandonWorkItem(rctx, &store.AbandonWorkItemParams{Lease: item.Lease}); err != nil {
-		w.s.log.WarnContext(ctx, "api: could not release a task leased for a worker that went away",
-			slog.String("tenant", item.Lease.TenantID), slog.Any("error", err))
-		return
+	released := 0
+	for _, item := range items {
+		if err := w.s.store.AbandonWorkItem(rctx, &store.AbandonWorkItemParams{Lease: item.Lease}); err != nil {
+			w.s.log.WarnContext(ctx, "api: could not release a task leased for a worker that went away",
+				slog.String("tenant", item.Lease.TenantID), slog.Any("error", err))
+			continue
+		}
+		released++
 	}
-	w.s.notifier.Notify(rctx, notify.Topic{Kind: notify.Tasks, TenantID: item.Lease.TenantID, Key: item.TaskQueue})
+	// One hint per task, as for tasks scheduled.
+	topic := notify.Topic{Kind: notify.Tasks, TenantID: items[0].Lease.TenantID, Key: items[0].TaskQueue}
+	w.s.notifier.Notify(rctx, slices.Repeat([]notify.Topic{topic}, released)...)
 }
 
 // lease opens a task token of the calling tenant.

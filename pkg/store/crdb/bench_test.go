@@ -222,14 +222,14 @@ func BenchmarkWorkItemCycle(b *testing.B) {
 			trips.statements.Store(0)
 			b.ResetTimer()
 			elapsed := runCallers(b, callers, func(ctx context.Context) (int, error) {
-				w, err := s.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: "bench", TaskQueue: "q", LeaseDuration: time.Minute})
+				w, err := s.FetchWorkItems(ctx, &store.FetchWorkItemsParams{TenantID: "bench", TaskQueue: "q", LeaseDuration: time.Minute, Max: 1})
 				if err != nil {
 					return 0, err
 				}
-				if w == nil {
+				if len(w) == 0 {
 					return 0, nil // the last tasks are leased by other callers
 				}
-				return 1, s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
+				return 1, s.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w[0].Lease, Result: &store.Message{Kind: "done", Payload: []byte(`{}`)}})
 			})
 			b.StopTimer()
 			rate := float64(b.N) / elapsed.Seconds()

@@ -252,8 +252,20 @@ func scanHistory(br pgx.BatchResults) ([]store.HistoryEvent, error) {
 // are in sql/runtime.sql and sql/ack.sql).
 const noneDue = "9223372036854775807"
 
-// MaxFetchBatch bounds the instances one fetch leases.
+// MaxFetchBatch bounds what one fetch leases: instances, or activity tasks.
 const MaxFetchBatch = 100
+
+// fetchMax is the number of items a fetch asking for max leases at most:
+// 1 when 0, and within MaxFetchBatch.
+func fetchMax(max int) (int, error) {
+	switch {
+	case max == 0:
+		return 1, nil
+	case max < 0 || max > MaxFetchBatch:
+		return 0, invalid("max must be between 1 and %d, got %d", MaxFetchBatch, max)
+	}
+	return max, nil
+}
 
 // FetchOrchestrationItem leases one instance and reads what its turn needs.
 func (s *Store) FetchOrchestrationItem(ctx context.Context, p *store.FetchOrchestrationItemParams) (*store.OrchestrationItem, error) {
@@ -270,12 +282,9 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 	if p.LeaseDuration <= 0 {
 		return nil, invalid("lease duration must be positive")
 	}
-	max := p.Max
-	switch {
-	case max == 0:
-		max = 1
-	case max < 0 || max > MaxFetchBatch:
-		return nil, invalid("max must be between 1 and %d, got %d", MaxFetchBatch, max)
+	max, err := fetchMax(p.Max)
+	if err != nil {
+		return nil, err
 	}
 	// A few rounds: a round ends early when the claim finds only zombie
 	// messages, or messages consumed under its nose.

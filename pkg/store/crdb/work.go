@@ -2,7 +2,6 @@ package crdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -21,22 +20,27 @@ var (
 	sqlAbandonWork           = stmt("AbandonWork")
 )
 
-// FetchWorkItem leases the oldest visible task of a task queue.
-func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams) (*store.WorkItem, error) {
+// FetchWorkItems leases up to Max of the oldest visible tasks of a task
+// queue in one statement.
+func (s *Store) FetchWorkItems(ctx context.Context, p *store.FetchWorkItemsParams) ([]*store.WorkItem, error) {
 	if p.TaskQueue == "" {
 		return nil, invalid("task queue is required")
 	}
 	if p.LeaseDuration <= 0 {
 		return nil, invalid("lease duration must be positive")
 	}
+	max, err := fetchMax(p.Max)
+	if err != nil {
+		return nil, err
+	}
 	now := s.now()
 	until := now + p.LeaseDuration.Milliseconds()
 	token := uuid.NewString()
-	var item *store.WorkItem
+	var items []*store.WorkItem
 	// READ COMMITTED, like the orchestration claim: the claim is a
-	// compare-and-set on the row and SKIP LOCKED keeps callers apart.
-	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		args := namedArgs{"task_queue": p.TaskQueue, "now": now, "token": token, "until": until}
+	// compare-and-set on the rows and SKIP LOCKED keeps callers apart.
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		args := namedArgs{"task_queue": p.TaskQueue, "now": now, "token": token, "until": until, "max": max}
 		if p.TenantID != "" {
 			args["tenant_id"] = p.TenantID
 			b.Queue(sqlClaimWorkForTenant, args)
@@ -47,30 +51,29 @@ func (s *Store) FetchWorkItem(ctx context.Context, p *store.FetchWorkItemParams)
 			b.Queue(sqlClaimWorkForAnyTenant, args)
 		}
 	}, func(br pgx.BatchResults) error {
-		item = nil
-		w := store.WorkItem{Lease: store.WorkLease{Token: token, ExpiresAt: fromMillis(until)}}
-		var attempt, createdAt int64
-		err := br.QueryRow().Scan(&w.Lease.TenantID, &w.Lease.ID, &w.InstanceID, &w.ExecutionID, &w.ActivityID,
-			&w.Name, &w.TaskQueue, &w.Input, &attempt, &createdAt, &w.TraceContext)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
-		w.Attempt, w.CreatedAt = int(attempt), fromMillis(createdAt)
-		item = &w
-		return nil
+		items, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*store.WorkItem, error) {
+			w := &store.WorkItem{Lease: store.WorkLease{Token: token, ExpiresAt: fromMillis(until)}}
+			var attempt, createdAt int64
+			err := r.Scan(&w.Lease.TenantID, &w.Lease.ID, &w.InstanceID, &w.ExecutionID, &w.ActivityID,
+				&w.Name, &w.TaskQueue, &w.Input, &attempt, &createdAt, &w.TraceContext)
+			w.Attempt, w.CreatedAt = int(attempt), fromMillis(createdAt)
+			return w, err
+		})
+		return err
 	})
-	if err != nil || item == nil {
+	if err != nil || len(items) == 0 {
 		return nil, err
 	}
 	if p.TenantID == "" {
 		s.mu.Lock()
-		s.workerTurn[p.TaskQueue] = item.Lease.TenantID
+		s.workerTurn[p.TaskQueue] = items[0].Lease.TenantID
 		s.mu.Unlock()
 	}
-	return item, nil
+	return items, nil
 }
 
 func workLeaseLost(l store.WorkLease) error {

@@ -1,6 +1,9 @@
 package storetest
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,8 +26,7 @@ func testWorkItemLifecycle(t *testing.T, h *harness) {
 	require.Equal(t, 1, w.Attempt)
 	require.Equal(t, h.clock.Now().Add(lease), w.Lease.ExpiresAt)
 	require.Nil(t, h.fetchWork(tenant), "a leased task was handed out twice")
-	other, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TenantID: tenant, TaskQueue: "other", LeaseDuration: lease})
-	require.NoError(t, err)
+	other := h.fetchWorkFrom(&store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: "other", LeaseDuration: lease})
 	require.Nil(t, other, "a task was handed out on the wrong task queue")
 
 	h.clock.Advance(lease - time.Second)
@@ -79,8 +81,7 @@ func testWorkItemsForAllTenants(t *testing.T, h *harness) {
 	h.scheduleActivities(b, "b", 2)
 	var order []string
 	for {
-		w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TaskQueue: queue, LeaseDuration: lease})
-		require.NoError(t, err)
+		w := h.fetchWork("")
 		if w == nil {
 			break
 		}
@@ -165,4 +166,171 @@ func testMassCancellation(t *testing.T, h *harness) {
 	require.ErrorIs(t, err, store.ErrLeaseLost)
 	require.ErrorIs(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: held.Lease, Result: &store.Message{Kind: kindDone}}), store.ErrLeaseLost)
 	require.Nil(t, h.fetch(tenant))
+}
+
+// fetchWorkBatch leases up to max tasks of a tenant (any tenant when
+// empty) on task queue q.
+func (h *harness) fetchWorkBatch(tenant, q string, max int) []*store.WorkItem {
+	h.t.Helper()
+	items, err := h.s.FetchWorkItems(h.ctx(), &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: q, LeaseDuration: lease, Max: max})
+	require.NoError(h.t, err)
+	require.LessOrEqual(h.t, len(items), max, "a fetch leased more tasks than it asked for")
+	return items
+}
+
+// testWorkItemBatch: one fetch leases several tasks, never more than Max
+// and never one that is leased, each with a lease of its own that is
+// renewed, acked and lost on its own.
+func testWorkItemBatch(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.scheduleActivities(tenant, "order", 12) // activities 2..13
+
+	first := h.fetchWorkBatch(tenant, queue, 5)
+	require.Len(t, first, 5)
+	ids := map[string]bool{}
+	activities := map[int64]bool{}
+	for _, w := range first {
+		require.Equal(t, tenant, w.Lease.TenantID)
+		require.Equal(t, "order", w.InstanceID)
+		require.Equal(t, queue, w.TaskQueue)
+		require.Equal(t, 1, w.Attempt)
+		require.NotEmpty(t, w.Lease.Token)
+		require.Equal(t, h.clock.Now().Add(lease), w.Lease.ExpiresAt)
+		ids[w.Lease.ID] = true
+		activities[w.ActivityID] = true
+	}
+	require.Len(t, ids, 5, "a task was leased twice in one batch")
+	require.Len(t, activities, 5)
+
+	rest := h.fetchWorkBatch(tenant, queue, 100)
+	require.Len(t, rest, 7, "the other tasks, and none of the leased ones")
+	for _, w := range rest {
+		require.False(t, ids[w.Lease.ID], "a leased task was handed out again")
+		activities[w.ActivityID] = true
+	}
+	require.Len(t, activities, 12)
+	require.Empty(t, h.fetchWorkBatch(tenant, queue, 5), "a leased task was handed out again")
+
+	// Each lease stands alone: one is acked, one renewed, the others lapse.
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: first[0].Lease, Result: &store.Message{Kind: kindDone}}))
+	h.clock.Advance(lease - time.Second)
+	_, err := h.s.RenewWorkItemLease(h.ctx(), &store.RenewWorkItemLeaseParams{Lease: first[1].Lease, Duration: lease})
+	require.NoError(t, err)
+	h.clock.Advance(time.Second)
+	again := h.fetchWorkBatch(tenant, queue, 20)
+	require.Len(t, again, 10, "the lapsed leases, and neither the acked task nor the renewed one")
+	for _, w := range again {
+		require.NotEqual(t, first[0].Lease.ID, w.Lease.ID)
+		require.NotEqual(t, first[1].Lease.ID, w.Lease.ID)
+	}
+	_, err = h.s.RenewWorkItemLease(h.ctx(), &store.RenewWorkItemLeaseParams{Lease: first[2].Lease, Duration: lease})
+	require.ErrorIs(t, err, store.ErrLeaseLost, "a lapsed lease taken over by another fetch was renewed")
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: first[1].Lease}))
+
+	for _, max := range []int{-1, 1000} {
+		_, err = h.s.FetchWorkItems(h.ctx(), &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease, Max: max})
+		require.ErrorIs(t, err, store.ErrInvalidArgument, "max %d", max)
+	}
+}
+
+// testWorkItemBatchIsolation: a batch holds only tasks of its tenant and
+// task queue; without a tenant, the tasks of one tenant, the tenants
+// taking turns.
+func testWorkItemBatchIsolation(t *testing.T, h *harness) {
+	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
+	h.scheduleActivities(a, "a", 3)
+	h.scheduleActivitiesOn(a, "a-other", "other", 4)
+	h.scheduleActivities(b, "b", 5)
+
+	got := h.fetchWorkBatch(a, queue, 100)
+	require.Len(t, got, 3)
+	for _, w := range got {
+		require.Equal(t, a, w.Lease.TenantID)
+		require.Equal(t, "a", w.InstanceID)
+		require.Equal(t, queue, w.TaskQueue)
+	}
+	got = h.fetchWorkBatch(a, "other", 100)
+	require.Len(t, got, 4)
+	for _, w := range got {
+		require.Equal(t, a, w.Lease.TenantID)
+		require.Equal(t, "other", w.TaskQueue)
+	}
+	require.Empty(t, h.fetchWorkBatch(a, queue, 100))
+	require.Empty(t, h.fetchWorkBatch(a, "other", 100))
+
+	// Tenant b's tasks were untouched; without a tenant, one tenant's
+	// tasks per fetch.
+	h.scheduleActivities(a, "a2", 2)
+	tenants := map[string]int{}
+	for range 2 {
+		got = h.fetchWorkBatch("", queue, 100)
+		require.NotEmpty(t, got)
+		for _, w := range got {
+			require.Equal(t, got[0].Lease.TenantID, w.Lease.TenantID, "one fetch leased the tasks of two tenants")
+		}
+		tenants[got[0].Lease.TenantID] = len(got)
+	}
+	require.Equal(t, map[string]int{a: 2, b: 5}, tenants)
+	require.Empty(t, h.fetchWorkBatch("", queue, 100))
+}
+
+// testWorkItemBatchesRace: fetchers with batches of various sizes race over
+// 200 tasks: each task is leased exactly once, no batch exceeds its Max,
+// and another tenant's tasks stay where they are.
+func testWorkItemBatchesRace(t *testing.T, h *harness) {
+	const instances, perInstance, fetchers = 4, 50, 8
+	tenant, other := h.tenant("acme"), h.tenant("other")
+	for i := range instances {
+		h.scheduleActivities(tenant, fmt.Sprintf("i-%d", i), perInstance)
+	}
+	h.scheduleActivities(other, "o", 3)
+
+	var (
+		mu     sync.Mutex
+		leased = map[string]int{}
+		total  atomic.Int64
+		failed atomic.Bool
+		errs   = make(chan error, fetchers)
+		wg     sync.WaitGroup
+	)
+	deadline := time.Now().Add(2 * time.Minute)
+	for f := range fetchers {
+		wg.Go(func() {
+			max := f*2 + 1 // 1, 3, ..., 15
+			for total.Load() < instances*perInstance && !failed.Load() && time.Now().Before(deadline) {
+				items, err := h.s.FetchWorkItems(h.ctx(), &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease, Max: max})
+				if err == nil && len(items) > max {
+					err = fmt.Errorf("a fetch of at most %d leased %d", max, len(items))
+				}
+				if err != nil {
+					failed.Store(true)
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, w := range items {
+					if w.Lease.TenantID != tenant {
+						mu.Unlock()
+						failed.Store(true)
+						errs <- fmt.Errorf("tenant %s's task %s leased by a fetch of %s", w.Lease.TenantID, w.Lease.ID, tenant)
+						return
+					}
+					leased[w.Lease.ID]++
+				}
+				mu.Unlock()
+				total.Add(int64(len(items)))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, leased, instances*perInstance)
+	for id, n := range leased {
+		require.Equal(t, 1, n, "task %s leased %d times", id, n)
+	}
+	require.Empty(t, h.fetchWorkBatch(tenant, queue, 100))
+	require.Len(t, h.fetchWorkBatch(other, queue, 100), 3)
 }

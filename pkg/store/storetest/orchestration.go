@@ -251,9 +251,11 @@ func testNothingToFetch(t *testing.T, h *harness) {
 	item, err = h.s.FetchOrchestrationItem(h.ctx(), &store.FetchOrchestrationItemParams{LeaseDuration: lease})
 	require.NoError(t, err)
 	require.Nil(t, item)
-	w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TaskQueue: queue, LeaseDuration: lease})
-	require.NoError(t, err)
-	require.Nil(t, w)
+	for _, tenant := range []string{tenant, ""} {
+		w, err := h.s.FetchWorkItems(h.ctx(), &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease, Max: 10})
+		require.NoError(t, err)
+		require.Empty(t, w)
+	}
 }
 
 func testExpiredLeaseTakenOver(t *testing.T, h *harness) {
@@ -608,11 +610,7 @@ func testSuspendedTenantsWait(t *testing.T, h *harness) {
 		require.NoError(t, err)
 		return item
 	}
-	workAny := func() *store.WorkItem {
-		w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TaskQueue: queue, LeaseDuration: lease})
-		require.NoError(t, err)
-		return w
-	}
+	workAny := func() *store.WorkItem { return h.fetchWork("") }
 	item := fetchAny()
 	require.NotNil(t, item)
 	require.Equal(t, active, item.Lease.TenantID)
@@ -678,7 +676,7 @@ func testInvalidArguments(t *testing.T, h *harness) {
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	_, err = h.s.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: tenant})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
-	_, err = h.s.FetchWorkItem(ctx, &store.FetchWorkItemParams{TenantID: tenant, LeaseDuration: lease})
+	_, err = h.s.FetchWorkItems(ctx, &store.FetchWorkItemsParams{TenantID: tenant, LeaseDuration: lease})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	require.ErrorIs(t, h.s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: tenant}), store.ErrAlreadyExists)
 

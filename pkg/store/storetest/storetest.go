@@ -74,6 +74,9 @@ func Run(t *testing.T, newStore Factory) {
 		{"WorkItemLifecycle", testWorkItemLifecycle},
 		{"WorkItemAbandonAndExpiry", testWorkItemAbandonAndExpiry},
 		{"WorkItemsForAllTenants", testWorkItemsForAllTenants},
+		{"WorkItemBatch", testWorkItemBatch},
+		{"WorkItemBatchIsolation", testWorkItemBatchIsolation},
+		{"WorkItemBatchesRace", testWorkItemBatchesRace},
 		{"CancelledActivitiesDeleted", testCancelledActivitiesDeleted},
 		{"RenewFailsAfterCancellation", testRenewFailsAfterCancellation},
 		{"UnlockedCancelledActivityNeverFetched", testUnlockedCancelledNeverFetched},
@@ -256,6 +259,12 @@ func (h *harness) history(tenant, id string, exec int64) []store.HistoryEvent {
 // n activities with ids 2..n+1, and returns the instance's lease-free state.
 func (h *harness) scheduleActivities(tenant, id string, n int) {
 	h.t.Helper()
+	h.scheduleActivitiesOn(tenant, id, queue, n)
+}
+
+// scheduleActivitiesOn is scheduleActivities on task queue q.
+func (h *harness) scheduleActivitiesOn(tenant, id, q string, n int) {
+	h.t.Helper()
 	h.start(tenant, id)
 	item := h.fetchInstance(tenant, id)
 	p := turn(item)
@@ -263,17 +272,30 @@ func (h *harness) scheduleActivities(tenant, id string, n int) {
 		activityID := int64(len(p.History)) + 1
 		p.History = append(p.History, store.HistoryEvent{EventID: activityID, Kind: "activity_scheduled"})
 		p.Activities = append(p.Activities, store.ActivityTask{
-			ActivityID: activityID, Name: fmt.Sprintf("charge-%d", i), TaskQueue: queue, Input: []byte(`{}`), Attempt: 1,
+			ActivityID: activityID, Name: fmt.Sprintf("charge-%d", i), TaskQueue: q, Input: []byte(`{}`), Attempt: 1,
 		})
 	}
 	h.ack(p)
 }
 
+// fetchWork leases one task of the tenant's queue (of any tenant when
+// empty), or returns nil when there is none.
 func (h *harness) fetchWork(tenant string) *store.WorkItem {
 	h.t.Helper()
-	w, err := h.s.FetchWorkItem(h.ctx(), &store.FetchWorkItemParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease})
+	return h.fetchWorkFrom(&store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: queue, LeaseDuration: lease})
+}
+
+// fetchWorkFrom leases one task as p says (Max left at 0, which is 1), or
+// returns nil when there is none.
+func (h *harness) fetchWorkFrom(p *store.FetchWorkItemsParams) *store.WorkItem {
+	h.t.Helper()
+	items, err := h.s.FetchWorkItems(h.ctx(), p)
 	require.NoError(h.t, err)
-	return w
+	require.LessOrEqual(h.t, len(items), 1, "a fetch of one task leased more")
+	if len(items) == 0 {
+		return nil
+	}
+	return items[0]
 }
 
 // cancel runs a turn on the instance that cancels the given activities.

@@ -190,6 +190,20 @@ func TestValidationRules(t *testing.T) {
 			msg:  &orchardv1.PollActivityTaskRequest{TaskQueue: "payments"},
 		},
 		{
+			name: "poll: 64 tasks",
+			msg:  &orchardv1.PollActivityTaskRequest{TaskQueue: "payments", MaxTasks: new(int32(64))},
+		},
+		{
+			name:       "poll: zero tasks",
+			msg:        &orchardv1.PollActivityTaskRequest{TaskQueue: "payments", MaxTasks: new(int32(0))},
+			violations: []string{"max_tasks: int32.gte_lte"},
+		},
+		{
+			name:       "poll: too many tasks",
+			msg:        &orchardv1.PollActivityTaskRequest{TaskQueue: "payments", MaxTasks: new(int32(65))},
+			violations: []string{"max_tasks: int32.gte_lte"},
+		},
+		{
 			name:       "poll: wait too long",
 			msg:        &orchardv1.PollActivityTaskRequest{TaskQueue: "payments", Wait: durationpb.New(2 * time.Minute)},
 			violations: []string{"wait: duration.gte_lte"},

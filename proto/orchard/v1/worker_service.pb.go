@@ -179,8 +179,15 @@ type PollActivityTaskRequest struct {
 	LeaseDuration *durationpb.Duration `protobuf:"bytes,3,opt,name=lease_duration,json=leaseDuration,proto3" json:"lease_duration,omitempty"`
 	// Names the worker in logs (at most 200 characters).
 	WorkerIdentity string `protobuf:"bytes,4,opt,name=worker_identity,json=workerIdentity,proto3" json:"worker_identity,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How many tasks to lease at most (1 to 64): a worker asks for as many
+	// as it has room to run. Each task has a lease of its own, heartbeated
+	// and reported on its own. Unset: 1, and the task also comes in the
+	// response's task field. 0 would lease nothing and is refused. The
+	// response holds up to this many inputs of up to max_payload_bytes each:
+	// a client's limit on received messages must allow for it.
+	MaxTasks      *int32 `protobuf:"varint,5,opt,name=max_tasks,json=maxTasks,proto3,oneof" json:"max_tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PollActivityTaskRequest) Reset() {
@@ -241,11 +248,25 @@ func (x *PollActivityTaskRequest) GetWorkerIdentity() string {
 	return ""
 }
 
-// PollActivityTaskResponse holds the leased task, if any.
+func (x *PollActivityTaskRequest) GetMaxTasks() int32 {
+	if x != nil && x.MaxTasks != nil {
+		return *x.MaxTasks
+	}
+	return 0
+}
+
+// PollActivityTaskResponse holds the leased tasks, if any.
 type PollActivityTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The leased task; unset when none appeared before the wait ran out.
-	Task          *ActivityTask `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The leased task when the request left max_tasks unset (then it is also
+	// the only element of tasks), for workers that predate max_tasks; unset
+	// otherwise. Read tasks.
+	//
+	// Deprecated: Marked as deprecated in orchard/v1/worker_service.proto.
+	Task *ActivityTask `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The leased tasks, at most max_tasks, in no particular order; empty
+	// when none appeared before the wait ran out.
+	Tasks         []*ActivityTask `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,9 +301,17 @@ func (*PollActivityTaskResponse) Descriptor() ([]byte, []int) {
 	return file_orchard_v1_worker_service_proto_rawDescGZIP(), []int{2}
 }
 
+// Deprecated: Marked as deprecated in orchard/v1/worker_service.proto.
 func (x *PollActivityTaskResponse) GetTask() *ActivityTask {
 	if x != nil {
 		return x.Task
+	}
+	return nil
+}
+
+func (x *PollActivityTaskResponse) GetTasks() []*ActivityTask {
+	if x != nil {
+		return x.Tasks
 	}
 	return nil
 }
@@ -674,15 +703,19 @@ const file_orchard_v1_worker_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12 \n" +
-	"\vtraceparent\x18\v \x01(\tR\vtraceparent\"\x9d\x02\n" +
+	"\vtraceparent\x18\v \x01(\tR\vtraceparent\"\xd8\x02\n" +
 	"\x17PollActivityTaskRequest\x12?\n" +
 	"\n" +
 	"task_queue\x18\x01 \x01(\tB \xbaH\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\ttaskQueue\x12;\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b<2\x00R\x04wait\x12Q\n" +
 	"\x0elease_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\xd8\x042\x02\b\x01R\rleaseDuration\x121\n" +
-	"\x0fworker_identity\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\xc8\x01R\x0eworkerIdentity\"H\n" +
-	"\x18PollActivityTaskResponse\x12,\n" +
-	"\x04task\x18\x01 \x01(\v2\x18.orchard.v1.ActivityTaskR\x04task\"\x9c\x01\n" +
+	"\x0fworker_identity\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\xc8\x01R\x0eworkerIdentity\x12+\n" +
+	"\tmax_tasks\x18\x05 \x01(\x05B\t\xbaH\x06\x1a\x04\x18@(\x01H\x00R\bmaxTasks\x88\x01\x01B\f\n" +
+	"\n" +
+	"_max_tasks\"|\n" +
+	"\x18PollActivityTaskResponse\x120\n" +
+	"\x04task\x18\x01 \x01(\v2\x18.orchard.v1.ActivityTaskB\x02\x18\x01R\x04task\x12.\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x18.orchard.v1.ActivityTaskR\x05tasks\"\x9c\x01\n" +
 	"\x1cHeartbeatActivityTaskRequest\x12)\n" +
 	"\n" +
 	"task_token\x18\x01 \x01(\tB\n" +
@@ -747,22 +780,23 @@ var file_orchard_v1_worker_service_proto_depIdxs = []int32{
 	11, // 2: orchard.v1.PollActivityTaskRequest.wait:type_name -> google.protobuf.Duration
 	11, // 3: orchard.v1.PollActivityTaskRequest.lease_duration:type_name -> google.protobuf.Duration
 	0,  // 4: orchard.v1.PollActivityTaskResponse.task:type_name -> orchard.v1.ActivityTask
-	11, // 5: orchard.v1.HeartbeatActivityTaskRequest.lease_duration:type_name -> google.protobuf.Duration
-	10, // 6: orchard.v1.HeartbeatActivityTaskResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 7: orchard.v1.FailActivityTaskRequest.failure:type_name -> orchard.v1.ActivityFailure
-	1,  // 8: orchard.v1.WorkerService.PollActivityTask:input_type -> orchard.v1.PollActivityTaskRequest
-	3,  // 9: orchard.v1.WorkerService.HeartbeatActivityTask:input_type -> orchard.v1.HeartbeatActivityTaskRequest
-	5,  // 10: orchard.v1.WorkerService.CompleteActivityTask:input_type -> orchard.v1.CompleteActivityTaskRequest
-	8,  // 11: orchard.v1.WorkerService.FailActivityTask:input_type -> orchard.v1.FailActivityTaskRequest
-	2,  // 12: orchard.v1.WorkerService.PollActivityTask:output_type -> orchard.v1.PollActivityTaskResponse
-	4,  // 13: orchard.v1.WorkerService.HeartbeatActivityTask:output_type -> orchard.v1.HeartbeatActivityTaskResponse
-	6,  // 14: orchard.v1.WorkerService.CompleteActivityTask:output_type -> orchard.v1.CompleteActivityTaskResponse
-	9,  // 15: orchard.v1.WorkerService.FailActivityTask:output_type -> orchard.v1.FailActivityTaskResponse
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	0,  // 5: orchard.v1.PollActivityTaskResponse.tasks:type_name -> orchard.v1.ActivityTask
+	11, // 6: orchard.v1.HeartbeatActivityTaskRequest.lease_duration:type_name -> google.protobuf.Duration
+	10, // 7: orchard.v1.HeartbeatActivityTaskResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 8: orchard.v1.FailActivityTaskRequest.failure:type_name -> orchard.v1.ActivityFailure
+	1,  // 9: orchard.v1.WorkerService.PollActivityTask:input_type -> orchard.v1.PollActivityTaskRequest
+	3,  // 10: orchard.v1.WorkerService.HeartbeatActivityTask:input_type -> orchard.v1.HeartbeatActivityTaskRequest
+	5,  // 11: orchard.v1.WorkerService.CompleteActivityTask:input_type -> orchard.v1.CompleteActivityTaskRequest
+	8,  // 12: orchard.v1.WorkerService.FailActivityTask:input_type -> orchard.v1.FailActivityTaskRequest
+	2,  // 13: orchard.v1.WorkerService.PollActivityTask:output_type -> orchard.v1.PollActivityTaskResponse
+	4,  // 14: orchard.v1.WorkerService.HeartbeatActivityTask:output_type -> orchard.v1.HeartbeatActivityTaskResponse
+	6,  // 15: orchard.v1.WorkerService.CompleteActivityTask:output_type -> orchard.v1.CompleteActivityTaskResponse
+	9,  // 16: orchard.v1.WorkerService.FailActivityTask:output_type -> orchard.v1.FailActivityTaskResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_orchard_v1_worker_service_proto_init() }
@@ -770,6 +804,7 @@ func file_orchard_v1_worker_service_proto_init() {
 	if File_orchard_v1_worker_service_proto != nil {
 		return
 	}
+	file_orchard_v1_worker_service_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

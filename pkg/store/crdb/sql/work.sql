@@ -6,16 +6,23 @@
 -- failures against turns that only share index pages.
 
 -- name: ClaimWorkForTenant
--- The oldest visible task of a task queue of one tenant, skipping the rows
--- other claims are taking.
-UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
-WHERE tenant_id = @tenant_id AND id = (
+-- Leases up to @max of the oldest visible tasks of a task queue of one
+-- tenant, in one statement: it locks the first visible rows in order,
+-- skipping rows other claims are taking (SKIP LOCKED: claims never queue
+-- behind each other), and takes them by compare-and-set (visible_at <=
+-- @now), which alone makes it correct. The tasks of one claim share
+-- @token; each lease names its task.
+WITH due AS (
 	SELECT q.id FROM worker_queue q
 	WHERE q.tenant_id = @tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now
 	ORDER BY q.visible_at
-	LIMIT 1
-	FOR UPDATE SKIP LOCKED)
-	AND visible_at <= @now
+	LIMIT @max
+	FOR UPDATE SKIP LOCKED
+)
+-- By key, from an array, as ClaimForTenant does (runtime.sql): joined with
+-- due, the update could be planned as a join over a scan of the queue.
+UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
+WHERE tenant_id = @tenant_id AND id = ANY(ARRAY(SELECT id FROM due)) AND visible_at <= @now
 RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at,
 	COALESCE(trace_context, '');
 
@@ -29,15 +36,15 @@ WITH pick AS (
 		WHERE q.tenant_id = t.tenant_id AND q.task_queue = @task_queue AND q.visible_at <= @now)
 	ORDER BY t.tenant_id <= @after, t.tenant_id
 	LIMIT 1
-)
-UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
-WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = (
+), due AS (
 	SELECT q.id FROM worker_queue q
 	WHERE q.tenant_id = (SELECT tenant_id FROM pick) AND q.task_queue = @task_queue AND q.visible_at <= @now
 	ORDER BY q.visible_at
-	LIMIT 1
-	FOR UPDATE SKIP LOCKED)
-	AND visible_at <= @now
+	LIMIT @max
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE worker_queue SET lease_token = @token, leased_until = @until, visible_at = @until
+WHERE tenant_id = (SELECT tenant_id FROM pick) AND id = ANY(ARRAY(SELECT id FROM due)) AND visible_at <= @now
 RETURNING tenant_id, id::TEXT, instance_id, execution_id, activity_id, name, task_queue, input, attempt, created_at,
 	COALESCE(trace_context, '');
 

@@ -49,9 +49,10 @@ const (
 
 // WorkerServiceClient is a client for the orchard.v1.WorkerService service.
 type WorkerServiceClient interface {
-	// PollActivityTask leases the oldest visible task of a task queue,
-	// waiting up to a timeout for one to appear (long poll). The response
-	// has no task when none appeared in time.
+	// PollActivityTask leases the oldest visible tasks of a task queue, up
+	// to max_tasks, waiting up to a timeout for one to appear (long poll).
+	// It returns as soon as it has leased at least one: it does not wait to
+	// fill the batch. The response has no task when none appeared in time.
 	PollActivityTask(context.Context, *connect.Request[v1.PollActivityTaskRequest]) (*connect.Response[v1.PollActivityTaskResponse], error)
 	// HeartbeatActivityTask extends a task's lease. FAILED_PRECONDITION
 	// means the lease is lost: the activity was cancelled, its instance
@@ -135,9 +136,10 @@ func (c *workerServiceClient) FailActivityTask(ctx context.Context, req *connect
 
 // WorkerServiceHandler is an implementation of the orchard.v1.WorkerService service.
 type WorkerServiceHandler interface {
-	// PollActivityTask leases the oldest visible task of a task queue,
-	// waiting up to a timeout for one to appear (long poll). The response
-	// has no task when none appeared in time.
+	// PollActivityTask leases the oldest visible tasks of a task queue, up
+	// to max_tasks, waiting up to a timeout for one to appear (long poll).
+	// It returns as soon as it has leased at least one: it does not wait to
+	// fill the batch. The response has no task when none appeared in time.
 	PollActivityTask(context.Context, *connect.Request[v1.PollActivityTaskRequest]) (*connect.Response[v1.PollActivityTaskResponse], error)
 	// HeartbeatActivityTask extends a task's lease. FAILED_PRECONDITION
 	// means the lease is lost: the activity was cancelled, its instance
