@@ -151,6 +151,35 @@ func TestForceDeleteDuringTurn(t *testing.T) {
 	require.Zero(t, s.rows("worker_queue"), "the lost turn scheduled no activity")
 }
 
+// Deleting an instance while its timer's turn runs: the turn's ack and the
+// delete conflict, and whichever comes second finds nothing to write or
+// deletes what the first wrote; no task or message outlives the instance.
+func TestDeleteRacesADueTimer(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: sleepy
+version: 1
+steps:
+  - timer: 1h
+  - activity: { name: echo, task_queue: q }
+`)
+	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
+	s.worker(echo, "q")
+	s.start("sleepy", "sleepy", nil, nil)
+	s.waitFor("the timer to be created", func() bool { return last(s.history("sleepy", 1)) == "timer_created" })
+	s.clock.Advance(time.Hour)
+	_, err := s.store.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: "sleepy", Force: true})
+	require.NoError(t, err)
+	leftovers := func() (n int64) {
+		require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM worker_queue) + (SELECT count(*) FROM orchestrator_queue)
+			+ (SELECT count(*) FROM instances) + (SELECT count(*) FROM instance_leases)`).Scan(&n))
+		return n
+	}
+	require.Zero(t, leftovers(), "right after the delete")
+	s.waitFor("the system to be idle", func() bool { return s.idle(time.Now().Add(time.Minute)) })
+	require.Zero(t, leftovers(), "once the turn and the worker are done")
+}
+
 // Deleting an instance whose timer is pending: the timer never fires
 // anything; an event raised after the delete finds no instance.
 func TestDeleteWithPendingTimer(t *testing.T) {
