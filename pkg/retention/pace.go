@@ -14,10 +14,18 @@ import (
 // database). While batches run near that base, the share of time spent
 // deleting (the duty) grows step by step up to its ceiling; when a batch runs
 // markedly slower, others are using the database, and the duty is halved.
-// After a batch that took d, a worker rests d*(1-duty)/duty.
 //
-// One Pacer serves every retention worker of a process, so the base and
-// the duty survive from job to job.
+// The duty is the share of time of the process's retention work as a
+// whole, as if it had one backend, however many workers and concurrent
+// deletes run: a batch that took d books d/duty of a timeline the workers
+// share, and a worker starts its next batch when the timeline has passed
+// what is booked. Alone, a worker rests d*(1-duty)/duty after each batch;
+// two that run side by side rest twice as long. (Per worker, each at the
+// duty, k workers would together take k times the share the pacer judged
+// the database could spare.)
+//
+// One Pacer serves every retention worker of a process, so the base, the
+// duty and the timeline survive from job to job.
 type Pacer struct {
 	maxDuty float64
 	now     func() time.Time
@@ -30,6 +38,8 @@ type Pacer struct {
 	// (data grown, caches cold) within those minutes and no faster.
 	minima [baseMinutes]float64
 	minute int64 // the minute minima[minute%baseMinutes] holds
+	// booked is where the timeline's bookings end: no batch starts before.
+	booked time.Time
 }
 
 const (
@@ -62,8 +72,8 @@ func (p *Pacer) Duty() float64 {
 	return p.duty
 }
 
-// observe records a batch of rows that took d and returns how long its
-// worker rests before the next.
+// observe records a batch of rows that took d and ended now, and returns
+// how long its worker rests before the next.
 func (p *Pacer) observe(d time.Duration, rows int64) time.Duration {
 	if rows <= 0 || d <= 0 {
 		return 0
@@ -71,7 +81,8 @@ func (p *Pacer) observe(d time.Duration, rows int64) time.Duration {
 	perRow := d.Seconds() / float64(rows)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	minute := p.now().Unix() / 60
+	now := p.now()
+	minute := now.Unix() / 60
 	if minute-p.minute >= baseMinutes {
 		p.minima, p.minute = [baseMinutes]float64{}, minute
 	}
@@ -93,7 +104,18 @@ func (p *Pacer) observe(d time.Duration, rows int64) time.Duration {
 	} else {
 		p.duty = min(p.duty+dutyStep, p.maxDuty)
 	}
-	return time.Duration(float64(d) * (1 - p.duty) / p.duty)
+	if p.duty >= 1 {
+		p.booked = now
+		return 0
+	}
+	// Booked from the batch's start, or from the end of what others
+	// booked before it if that is later.
+	start := now.Add(-d)
+	if p.booked.After(start) {
+		start = p.booked
+	}
+	p.booked = start.Add(time.Duration(float64(d) / p.duty))
+	return p.booked.Sub(now)
 }
 
 // rest makes the worker that ran a batch wait as the pacer says; it returns

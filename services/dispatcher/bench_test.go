@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,16 +107,37 @@ func BenchmarkOrchestrations(b *testing.B) {
 type benchSystem struct {
 	b     *testing.B
 	url   string
+	pool  *pgxpool.Pool
 	store *crdb.Store
 	shape benchShape
 	d     *dispatcher.Dispatcher
 	w     *testworker.Worker
 	start store.Message
+	// warnings counts what the dispatcher logged at warning level or
+	// above (failed fetches and acks, each followed by a backoff).
+	warnings warnCounter
+}
+
+// warnCounter is the writer of a text log handler at warning level: it
+// counts the records and keeps the first few.
+type warnCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	first []string
+}
+
+func (w *warnCounter) Write(p []byte) (int, error) {
+	if w.n.Add(1) <= 3 {
+		w.mu.Lock()
+		w.first = append(w.first, strings.TrimSpace(string(p)))
+		w.mu.Unlock()
+	}
+	return len(p), nil
 }
 
 func newBenchSystem(b *testing.B, shape benchShape) *benchSystem {
 	pool := testdb.Pool(b, int32(shape.loops+shape.workers+8))
-	bs := &benchSystem{b: b, url: pool.Config().ConnString(), store: crdb.New(pool, crdb.Options{}), shape: shape}
+	bs := &benchSystem{b: b, url: pool.Config().ConnString(), pool: pool, store: crdb.New(pool, crdb.Options{}), shape: shape}
 	ctx := b.Context()
 	if err := bs.store.CreateTenant(ctx, &store.CreateTenantParams{TenantID: tenant}); err != nil {
 		b.Fatal(err)
@@ -156,7 +180,8 @@ func (bs *benchSystem) startMany(n int) {
 }
 
 func (bs *benchSystem) run() {
-	d, err := dispatcher.New(dispatcher.Config{Store: bs.store, Loops: bs.shape.loops, Batch: bs.shape.batch, Logger: quiet()})
+	logger := slog.New(slog.NewTextHandler(&bs.warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := dispatcher.New(dispatcher.Config{Store: bs.store, Loops: bs.shape.loops, Batch: bs.shape.batch, Logger: logger})
 	if err != nil {
 		bs.b.Fatal(err)
 	}
@@ -233,7 +258,13 @@ func percentile(v []float64, p float64) float64 {
 // purge is the retention job's code (pkg/retention) over a tenant of
 // ORCHARD_BENCH_PURGE_INSTANCES expired instances (200,000 by default), ten
 // history events each, loaded (and vacuumed) in every mode, idle too, so
-// the modes differ only by the purge; it must outlast the measurement.
+// the modes differ only by the purge; it must outlast the measurement. Each
+// mode runs on a database of its own; ORCHARD_BENCH_JANITOR_MODES orders
+// them (idle,flat-out,paced by default; idle must be among them), so that
+// an effect of the order can be told from one of the mode. Beside the
+// rates, each mode reports the transactions its database rolled back
+// (serialization failures retried, mostly) and the dispatcher's failed
+// fetches and acks (each followed by a backoff).
 //
 //	go test -run='^$' -bench=BesideJanitor -benchtime=3000x -timeout 30m ./services/dispatcher/
 func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
@@ -243,6 +274,12 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 		purgeSize = v
 	}
 	modes := []string{"idle", "flat-out", "paced"}
+	if v := os.Getenv("ORCHARD_BENCH_JANITOR_MODES"); v != "" {
+		modes = strings.Split(v, ",")
+	}
+	if !slices.Contains(modes, "idle") {
+		b.Fatal("ORCHARD_BENCH_JANITOR_MODES must include idle: the latency runs are paced at half its W")
+	}
 	var idleRate float64
 	for _, mode := range modes {
 		b.Run("throughput/janitor="+mode, func(b *testing.B) {
@@ -250,6 +287,7 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			b.StopTimer()
 			bs.startMany(b.N)
 			stop := bs.purge(mode, purgeSize)
+			rollbacks := bs.rollbacks()
 			b.StartTimer()
 			start := time.Now()
 			bs.run()
@@ -265,6 +303,7 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			b.ReportMetric(rate, "orchestrations/s")
 			b.ReportMetric(purged, "purged-events/s")
 			b.ReportMetric(duty, "duty")
+			bs.reportFailures(rollbacks)
 		})
 	}
 	for _, mode := range modes {
@@ -274,6 +313,7 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			}
 			bs := newBenchSystem(b, shape)
 			stop := bs.purge(mode, purgeSize)
+			rollbacks := bs.rollbacks()
 			bs.run()
 			b.ResetTimer()
 			pace := time.NewTicker(time.Duration(float64(time.Second) / (idleRate / 2)))
@@ -292,7 +332,32 @@ func BenchmarkOrchestrationsBesideJanitor(b *testing.B) {
 			b.ReportMetric(percentile(lat, 0.99), "p99-ms")
 			b.ReportMetric(purged, "purged-events/s")
 			b.ReportMetric(duty, "duty")
+			bs.reportFailures(rollbacks)
 		})
+	}
+}
+
+// rollbacks reads how many transactions the benchmark's database has
+// rolled back so far (the server's statistics lag by up to a second).
+func (bs *benchSystem) rollbacks() int64 {
+	var n int64
+	err := bs.pool.QueryRow(bs.b.Context(),
+		"SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
+	if err != nil {
+		bs.b.Fatal(err)
+	}
+	return n
+}
+
+// reportFailures reports the rollbacks since before (see rollbacks) and
+// the dispatcher's warnings, and logs the first of these.
+func (bs *benchSystem) reportFailures(before int64) {
+	bs.b.ReportMetric(float64(bs.rollbacks()-before), "rollbacks")
+	bs.b.ReportMetric(float64(bs.warnings.n.Load()), "dispatch-warnings")
+	bs.warnings.mu.Lock()
+	defer bs.warnings.mu.Unlock()
+	for _, w := range bs.warnings.first {
+		bs.b.Log(w)
 	}
 }
 
