@@ -149,8 +149,8 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	// With --hints local the API and the dispatchers share hints in this
-	// process: a scheduled task reaches a waiting poll, a queued message an
+	// With --hints local (the default) the API and the dispatchers share
+	// hints in this process: a scheduled task reaches a waiting poll, a queued message an
 	// idle dispatcher loop, an ended instance its WaitForCompletion, at once.
 	hints, closeHints, err := openHints(ctx, pool, o.hints)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // addHintsFlag adds --hints: how the API and the dispatchers tell each other
 // that work waits (see package notify).
 func addHintsFlag(f *pflag.FlagSet, mode *string) {
-	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "off"),
+	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "local"),
 		"hints of waiting work: off (every wait polls), local (within this process) or postgres (LISTEN/NOTIFY between processes; PostgreSQL only) (env ORCHARD_HINTS)")
 }
 

@@ -9,9 +9,8 @@
 // and may drop hints; nothing may wait for a hint without a poll interval
 // behind it.
 //
-// Off (the default) carries nothing. Local is the in-process notifier
-// (orchard dev --hints local, or an API and a
-// dispatcher in one process). Postgres carries hints across processes with
+// Off carries nothing. Local (the commands' default) is the in-process
+// notifier (orchard dev, or an API and a dispatcher in one process). Postgres carries hints across processes with
 // LISTEN/NOTIFY, for PostgreSQL deployments and tests; CockroachDB has no
 // LISTEN/NOTIFY (see the package README for the design there).
 package notify
