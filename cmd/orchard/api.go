@@ -106,11 +106,16 @@ must share --secret, which signs page and task tokens.`,
 				return err
 			}
 			defer closeHints()
-			srv, err := api.New(api.Config{
+			cfg := api.Config{
 				Store: st, Notifier: notifier, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
-			})
+			}
+			// Local hints stay in this process, which runs no dispatcher.
+			if hints == "postgres" {
+				hintedPolls(&cfg)
+			}
+			srv, err := api.New(cfg)
 			if err != nil {
 				return err
 			}

@@ -164,6 +164,9 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if jan != nil {
 		apiCfg.Janitor = jan.Queue()
 	}
+	if o.hints != "off" {
+		hintedPolls(&apiCfg)
+	}
 	apiSrv, err := api.New(apiCfg)
 	if err != nil {
 		return err
