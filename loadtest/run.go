@@ -98,8 +98,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					defer inFlight.Add(-1)
 					err := l.runOne(runCtx, t.client, seq)
 					now := time.Now()
-					if runCtx.Err() != nil && !now.Before(end) {
-						return // cut off by the end of the run, not a failure
+					// Cut off by the end of the run, not a failure: the run's
+					// context ended, or a call found its deadline passed before
+					// the context's own timer went off.
+					if !now.Before(end) && (runCtx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) {
+						return
 					}
 					rec.Record(t.plan.ID, l.Name, now, now.Sub(due), err)
 				})
