@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
@@ -151,11 +152,11 @@ func TestForceDeleteDuringTurn(t *testing.T) {
 	require.Zero(t, s.rows("worker_queue"), "the lost turn scheduled no activity")
 }
 
-// Deleting an instance while its timer's turn runs: the turn's ack and the
-// delete conflict, and whichever comes second finds nothing to write or
-// deletes what the first wrote; no task or message outlives the instance.
-func TestDeleteRacesADueTimer(t *testing.T) {
-	t.Parallel()
+// sleepingInstance starts a dispatcher, a worker and instance "sleepy",
+// and returns once the instance waits on a one-hour timer, before an
+// activity.
+func sleepingInstance(t *testing.T) (*system, *testworker.Worker) {
+	t.Helper()
 	s := newSystem(t, `
 name: sleepy
 version: 1
@@ -164,9 +165,18 @@ steps:
   - activity: { name: echo, task_queue: q }
 `)
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
-	s.worker(echo, "q")
+	w := s.worker(echo, "q")
 	s.start("sleepy", "sleepy", nil, nil)
 	s.waitFor("the timer to be created", func() bool { return last(s.history("sleepy", 1)) == "timer_created" })
+	return s, w
+}
+
+// Deleting an instance while its timer's turn runs: the turn's ack and the
+// delete conflict, and whichever comes second finds nothing to write or
+// deletes what the first wrote; no task or message outlives the instance.
+func TestDeleteRacesADueTimer(t *testing.T) {
+	t.Parallel()
+	s, _ := sleepingInstance(t)
 	s.clock.Advance(time.Hour)
 	_, err := s.store.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: "sleepy", Force: true})
 	require.NoError(t, err)
@@ -184,17 +194,7 @@ steps:
 // anything; an event raised after the delete finds no instance.
 func TestDeleteWithPendingTimer(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, `
-name: sleepy
-version: 1
-steps:
-  - timer: 1h
-  - activity: { name: echo, task_queue: q }
-`)
-	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
-	w := s.worker(echo, "q")
-	s.start("sleepy", "sleepy", nil, nil)
-	s.waitFor("the timer to be created", func() bool { return last(s.history("sleepy", 1)) == "timer_created" })
+	s, w := sleepingInstance(t)
 	_, err := s.store.DeleteInstance(t.Context(), &store.DeleteInstanceParams{TenantID: tenant, InstanceID: "sleepy", Force: true})
 	require.NoError(t, err)
 
