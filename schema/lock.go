@@ -51,7 +51,7 @@ func createTables(ctx context.Context, conn Conn) error {
 	} {
 		var err error
 		for attempt := 0; attempt < 10; attempt++ {
-			if _, err = conn.Exec(ctx, stmt); err == nil || !isConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
+			if _, err = conn.Exec(ctx, stmt); err == nil || !IsConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
 				break
 			}
 		}
@@ -62,11 +62,11 @@ func createTables(ctx context.Context, conn Conn) error {
 	return nil
 }
 
-// isConcurrentDDL reports the errors of a statement that raced another
+// IsConcurrentDDL reports the errors of a statement that raced another
 // session's: a catalog unique violation, a duplicate table or type (PostgreSQL's
 // concurrent CREATE TABLE IF NOT EXISTS), a serialization failure (either
 // database, under SERIALIZABLE).
-func isConcurrentDDL(err error) bool {
+func IsConcurrentDDL(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07" || pgErr.Code == "42710" || pgErr.Code == "40001")
 }
@@ -120,7 +120,7 @@ func acquireLock(ctx context.Context, conn Conn) (*lease, error) {
 func (l *lease) claim(ctx context.Context) (held bool, by string, err error) {
 	for {
 		held, by, err = l.tryClaim(ctx)
-		if err == nil || !isConcurrentDDL(err) {
+		if err == nil || !IsConcurrentDDL(err) {
 			return held, by, err
 		}
 		if err := pause(ctx, 10*time.Millisecond+time.Duration(mrand.Int64N(int64(20*time.Millisecond)))); err != nil {
@@ -184,7 +184,7 @@ func (l *lease) release(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !isConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
+		if !IsConcurrentDDL(err) || pause(ctx, 10*time.Millisecond) != nil {
 			return fmt.Errorf("release the migration lock: %w", err)
 		}
 	}

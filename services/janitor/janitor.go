@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/orchardhq/orchard/pkg/retention"
 	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/schema"
 )
 
 // Store is what the janitor needs of the store.
@@ -181,15 +183,37 @@ func (j *Janitor) Stop(ctx context.Context) error { return j.client.StopAndCance
 // Queue returns the janitor's queue, for processes that run both.
 func (j *Janitor) Queue() *Queue { return &Queue{client: j.client} }
 
-// Migrate creates or upgrades River's tables in schema.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
-	schema = cmp.Or(schema, DefaultSchema)
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return 0, fmt.Errorf("river schema: %w", err)
-	}
-	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+// Migrate creates or upgrades River's tables in riverSchema.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, riverSchema string) (int, error) {
+	riverSchema = cmp.Or(riverSchema, DefaultSchema)
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: riverSchema, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return 0, err
+	}
+	// Neither CREATE SCHEMA IF NOT EXISTS nor River's migrator keeps two
+	// migrators started at once (two `orchard migrate`s) from racing: to
+	// create the same schema, type or table, to drop what the other just
+	// dropped, or into a deadlock. Each of River's versions runs in a
+	// transaction, so the loser's rolls back, and it runs again to find the
+	// winner's work done.
+	for attempt := 0; ; attempt++ {
+		n, err := migrateRiver(ctx, pool, m, riverSchema)
+		var pgErr *pgconn.PgError
+		raced := schema.IsConcurrentDDL(err) || errors.As(err, &pgErr) && (pgErr.Code == "42704" || pgErr.Code == "40P01")
+		if err == nil || !raced || attempt == 19 {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Duration(10*(attempt+1)) * time.Millisecond):
+		}
+	}
+}
+
+func migrateRiver(ctx context.Context, pool *pgxpool.Pool, m *rivermigrate.Migrator[pgx.Tx], riverSchema string) (int, error) {
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{riverSchema}.Sanitize()); err != nil {
+		return 0, fmt.Errorf("river schema: %w", err)
 	}
 	res, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	if err != nil {

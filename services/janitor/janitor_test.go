@@ -50,6 +50,27 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, pool: pool, now: now, store: crdb.New(pool, crdb.Options{Clock: fixedClock(now), MaxRowsPerTransaction: 500})}
 }
 
+// Migrators started at once (two `orchard migrate`s) all succeed: River's
+// own migrator takes no lock, and the one that loses a race to create a
+// type or table runs again.
+func TestConcurrentMigrations(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 16)
+	for round := range 3 {
+		riverSchema := fmt.Sprintf("river_race_%d", round)
+		errs := make(chan error, 4)
+		for range cap(errs) {
+			go func() {
+				_, err := janitor.Migrate(t.Context(), pool, riverSchema)
+				errs <- err
+			}()
+		}
+		for range cap(errs) {
+			require.NoError(t, <-errs, riverSchema)
+		}
+	}
+}
+
 // start runs a janitor until the test ends; cfg adjusts its config. It
 // runs unpaced: the pacer would slow it down as much as the machine is
 // loaded (pkg/retention tests the pacer).
