@@ -54,6 +54,19 @@ type Options struct {
 // a two-core server busy while the next page of candidates is read.
 const deleteConcurrency = 2
 
+// batchTimeout bounds one batch run under BatchContext: a batch the
+// database has not finished by then is a fault, not work.
+const batchTimeout = time.Minute
+
+// BatchContext is the context one batch's delete, prune or erase runs
+// under: the end of the job's context does not cancel it. A batch cut off
+// at its commit may have committed without the caller learning so, and
+// then nothing counts what it removed; the job stops between batches
+// instead, and batchTimeout still bounds each one.
+func BatchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+}
+
 func (o *Options) pageSize() int {
 	if o.PageSize <= 0 {
 		return DefaultPageSize
@@ -109,7 +122,9 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
 		g.Go(func() error {
 			start := time.Now()
-			res, err := s.DeleteExpired(gctx, &store.DeleteExpiredParams{TenantID: tenantID, Roots: batch})
+			bctx, cancel := BatchContext(gctx)
+			res, err := s.DeleteExpired(bctx, &store.DeleteExpiredParams{TenantID: tenantID, Roots: batch})
+			cancel()
 			if res != nil {
 				report(Result{Deleted: *res})
 			}
@@ -130,9 +145,11 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 			ids[i] = c.InstanceID
 		}
 		start := time.Now()
-		res, err := s.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
+		bctx, cancel := BatchContext(ctx)
+		res, err := s.PruneExecutionsBulk(bctx, &store.PruneExecutionsBulkParams{
 			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids}, Options: opts, Limit: len(ids),
 		})
+		cancel()
 		if res != nil {
 			report(Result{Pruned: res.PruneResult})
 		}

@@ -203,9 +203,14 @@ func (j *Janitor) erase(ctx context.Context, job *river.Job[eraseArgs]) (err err
 	}
 	deadline := time.Now().Add(j.cfg.JobBudget)
 	for {
-		res, err := j.cfg.Store.EraseTenantRows(ctx, &store.EraseTenantRowsParams{
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sctx, cancel := retention.BatchContext(ctx)
+		res, err := j.cfg.Store.EraseTenantRows(sctx, &store.EraseTenantRowsParams{
 			TenantID: tenantID, MaxRows: j.cfg.EraseRowsPerStep, KeepRecordID: record.RecordID,
 		})
+		cancel()
 		if res != nil {
 			var rows int64
 			for table, n := range res.Rows {
