@@ -178,13 +178,21 @@ func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time 
 // hint on wake (see package notify), or at most a jittered wait that
 // doubles from MinPoll to MaxPoll, since a hint may be lost. It reports
 // whether try was done.
+//
+// A try that fails because the caller's deadline passed during it, after
+// an earlier try answered, ends the poll as not done: the deadline ends a
+// long poll like its own wait does, and the caller gets what the earlier
+// try found rather than an error.
 func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan struct{}, try func() (bool, error)) (bool, error) {
 	waits := &backoff.ExponentialBackOff{InitialInterval: s.cfg.MinPoll, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)
-	for {
+	for tried := false; ; tried = true {
 		s.longPollQueries.Add(1)
 		done, err := try()
+		if err != nil && tried && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return false, nil
+		}
 		if err != nil || done {
 			return done, err
 		}
@@ -213,9 +221,12 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 	sub := c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenantOf(ctx).TenantID, Key: req.Msg.InstanceId})
 	defer sub.Close()
 	done, err := c.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
-		var err error
-		in, err = c.getInstance(ctx, req.Msg.InstanceId)
-		return err == nil && in.Status.Terminal(), err
+		got, err := c.getInstance(ctx, req.Msg.InstanceId)
+		if err != nil {
+			return false, err
+		}
+		in = got
+		return in.Status.Terminal(), nil
 	})
 	if err != nil {
 		return nil, err
