@@ -178,7 +178,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	disp, err := dispatcher.New(dispatcher.Config{Store: st, Notifier: hints, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics})
+	dispCfg := dispatcher.Config{Store: st, Notifier: hints, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics}
+	if o.hints != "off" {
+		hintedDispatcherPolls(&dispCfg)
+	}
+	disp, err := dispatcher.New(dispCfg)
 	if err != nil {
 		return err
 	}

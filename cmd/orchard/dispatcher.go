@@ -57,10 +57,15 @@ answers 503 from the moment the drain starts.`,
 				return err
 			}
 			defer closeHints()
-			d, err := dispatcher.New(dispatcher.Config{
+			cfg := dispatcher.Config{
 				Store: crdb.New(pool, crdb.Options{}), Notifier: notifier, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
 				TracerProvider: tel.TracerProvider, Metrics: metrics,
-			})
+			}
+			// Local hints stay in this process, which runs no API.
+			if hints == "postgres" {
+				hintedDispatcherPolls(&cfg)
+			}
+			d, err := dispatcher.New(cfg)
 			if err != nil {
 				return err
 			}
