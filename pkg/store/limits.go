@@ -15,7 +15,9 @@ import (
 // zero in Go, means the default below, so stored limits follow the defaults
 // unless a field is set; Effective gives the values in force.
 type Limits struct {
-	// RequestsPerSecond is the sustained API request rate. Default 100.
+	// RequestsPerSecond is the sustained API request rate. Default 100. The
+	// tenant's worker calls and its other calls each have a bucket of this
+	// rate and Burst (services/api, access.worker).
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
 	// Burst is how many requests may come at once above the rate. Default 200.
 	Burst int `json:"burst,omitempty"`

@@ -69,23 +69,25 @@ type Rate struct {
 	Burst     int
 }
 
-// Allow takes one request from tenant's bucket, sized by rate. When the
-// bucket is empty it returns an *ExhaustedError for ResourceRequests whose
-// RetryAfter is when the next request will pass.
-func (r *RateLimiter) Allow(tenant string, rt Rate) error {
+// Allow takes one request from a bucket, sized by rate. The bucket is named
+// by its caller: a tenant, or one of a tenant's budgets (the API keeps its
+// workers' calls apart). When the bucket is empty it returns an
+// *ExhaustedError for ResourceRequests whose RetryAfter is when the next
+// request will pass.
+func (r *RateLimiter) Allow(bucket string, rt Rate) error {
 	perSecond := rate.Limit(rt.PerSecond)
 	now := r.now()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweepLocked(now)
-	b, ok := r.tenants[tenant]
+	b, ok := r.tenants[bucket]
 	if !ok {
 		if len(r.tenants) >= r.maxTenants {
 			r.evictOldestLocked()
 		}
 		b = &tenantBucket{lim: rate.NewLimiter(perSecond, rt.Burst)}
-		r.tenants[tenant] = b
+		r.tenants[bucket] = b
 	} else {
 		if b.lim.Limit() != perSecond {
 			b.lim.SetLimitAt(now, perSecond)

@@ -14,6 +14,11 @@ type access struct {
 	platform bool
 	// read marks reads a suspended tenant's tenant-admin may still make.
 	read bool
+	// worker marks the calls of a tenant's workers. They draw on a request
+	// bucket of their own, so that a tenant starting past its rate cannot
+	// starve its workers of the calls that finish what it started (and
+	// leave its instances piling up, running).
+	worker bool
 }
 
 var (
@@ -43,10 +48,10 @@ var accessRules = map[string]access{
 	orchardv1connect.ClientServicePruneExecutionsBulkProcedure: {roles: clientRole},
 	orchardv1connect.ClientServiceGetOperationProcedure:        {roles: clientRole},
 
-	orchardv1connect.WorkerServicePollActivityTaskProcedure:      {roles: workerRole},
-	orchardv1connect.WorkerServiceHeartbeatActivityTaskProcedure: {roles: workerRole},
-	orchardv1connect.WorkerServiceCompleteActivityTaskProcedure:  {roles: workerRole},
-	orchardv1connect.WorkerServiceFailActivityTaskProcedure:      {roles: workerRole},
+	orchardv1connect.WorkerServicePollActivityTaskProcedure:      {roles: workerRole, worker: true},
+	orchardv1connect.WorkerServiceHeartbeatActivityTaskProcedure: {roles: workerRole, worker: true},
+	orchardv1connect.WorkerServiceCompleteActivityTaskProcedure:  {roles: workerRole, worker: true},
+	orchardv1connect.WorkerServiceFailActivityTaskProcedure:      {roles: workerRole, worker: true},
 
 	// Registering needs tenant-admin; clients read definitions too.
 	orchardv1connect.DefinitionServiceRegisterDefinitionProcedure: {roles: adminRole},

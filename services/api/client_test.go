@@ -286,6 +286,42 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
+// TestWorkerCallsHaveTheirOwnRequestBudget: a tenant whose other calls are
+// past its request rate still polls and completes its tasks, so that
+// starting past the rate cannot leave what it started unfinished; its
+// worker calls have a bucket of the same rate, not an unlimited one.
+func TestWorkerCallsHaveTheirOwnRequestBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Burst 4: registering the definition takes one, the start a second.
+	busy := e.tenant("busy", &store.Limits{RequestsPerSecond: 0.01, Burst: 4}, testsystem.EchoDef)
+	e.dispatch()
+	c := e.all(busy)
+	ctx := t.Context()
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "i", Input: []byte(`1`)}))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+		require.NoError(t, err)
+	}
+	_, err = c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo"}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests")
+
+	polled, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(10 * time.Second)}))
+	require.NoError(t, err, "a worker's poll beside exhausted starts")
+	require.Len(t, polled.Msg.Tasks, 1)
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: polled.Msg.Tasks[0].TaskToken, Result: []byte(`1`)}))
+	require.NoError(t, err, "a worker's completion beside exhausted starts")
+	for range 2 {
+		_, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(0)}))
+		require.NoError(t, err)
+	}
+	_, err = c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(0)}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests")
+	_, err = c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests")
+}
+
 // definitionReads counts the definition reads of the store it wraps.
 type definitionReads struct {
 	api.Store

@@ -47,14 +47,18 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 			if c.tenant != "" {
 				log = log.With(slog.String("tenant", c.tenant))
 			}
-			if err != nil {
-				err = connectError(ctx, log, err)
-			}
 			// One line per call: at info for errors, so that operators see
-			// what went wrong for whom; at debug for successes.
+			// what went wrong for whom; at debug for successes, and for calls
+			// refused by the request rate: a tenant past its rate is refused
+			// hundreds of times a second, a line each would cost more than
+			// the refusal, and the RPC metrics count them by code.
 			level, code := slog.LevelDebug, "ok"
 			if err != nil {
-				level, code = slog.LevelInfo, connect.CodeOf(err).String()
+				if !overRate(err) {
+					level = slog.LevelInfo
+				}
+				err = connectError(ctx, log, err)
+				code = connect.CodeOf(err).String()
 			}
 			if log.Enabled(ctx, level) {
 				attrs := []slog.Attr{slog.String("subject", c.subject), slog.String("code", code),
@@ -70,6 +74,12 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 			return resp, err
 		}
 	}
+}
+
+// overRate reports whether err is the rate limiter's refusal.
+func overRate(err error) bool {
+	var ex *tenancy.ExhaustedError
+	return errors.As(err, &ex) && ex.Resource == tenancy.ResourceRequests
 }
 
 // authenticate verifies the Bearer token and puts its identity in the
@@ -124,7 +134,8 @@ type tenantKey struct{}
 
 // admitTenant lets a tenant's call through when the tenant is registered,
 // active (a suspended tenant's tenant-admin may still read) and within its
-// request rate. The tenant's row goes into the context for the handlers.
+// request rate: its workers' calls and its other calls each have a bucket of
+// that rate (see access.worker). The tenant's row goes into the context for the handlers.
 // Admin calls have no tenant of their own and skip this.
 func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -144,7 +155,7 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 			if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
 				return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
 			}
-			if err := s.cfg.RateLimiter.Allow(id.Tenant, requestRate(t.Limits)); err != nil {
+			if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
 				return nil, err
 			}
 			return next(context.WithValue(ctx, tenantKey{}, t), req)

@@ -14,6 +14,15 @@ func requestRate(l store.Limits) tenancy.Rate {
 	return tenancy.Rate{PerSecond: e.RequestsPerSecond, Burst: e.Burst}
 }
 
+// requestBucket names the rate limiter's bucket of a tenant's call: its
+// workers' calls have their own. A NUL cannot be in a tenant id.
+func requestBucket(tenant string, rule access) string {
+	if rule.worker {
+		return tenant + "\x00worker"
+	}
+	return tenant
+}
+
 // checkPayload returns an *tenancy.ExhaustedError when a payload of size
 // bytes is larger than the tenant may send.
 func checkPayload(l store.Limits, size int) error {

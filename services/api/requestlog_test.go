@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/orchardhq/orchard/internal/testsystem"
+	"github.com/orchardhq/orchard/pkg/store"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/services/api"
 )
@@ -70,4 +71,31 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, "not_found", l["code"])
 	require.Contains(t, l, "duration")
 	require.Len(t, l["trace_id"], 32)
+}
+
+// TestRequestLogRateRefusalsAtDebug: a call refused by the request rate logs
+// at debug, not info: a tenant past its rate would otherwise write a line per
+// refusal, hundreds a second.
+func TestRequestLogRateRefusalsAtDebug(t *testing.T) {
+	t.Parallel()
+	sink := &lockedBuffer{}
+	e := newEnv(t, func(c *api.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	slow := e.tenant("slow", &store.Limits{RequestsPerSecond: 0.01, Burst: 1})
+	c := e.all(slow)
+	_, err := c.client.CountInstances(t.Context(), req(&orchardv1.CountInstancesRequest{}))
+	require.NoError(t, err)
+	_, err = c.client.CountInstances(t.Context(), req(&orchardv1.CountInstancesRequest{}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests")
+
+	var refused []map[string]any
+	for _, l := range sink.lines(t) {
+		if l["msg"] == "api: call" && l["code"] == "resource_exhausted" {
+			refused = append(refused, l)
+		}
+	}
+	require.Len(t, refused, 1)
+	require.Equal(t, "DEBUG", refused[0]["level"])
+	require.Equal(t, slow, refused[0]["tenant"])
 }

@@ -232,7 +232,9 @@ func (x *RetentionPolicy) GetRulesByName() map[string]*RetentionRule {
 // RESOURCE_EXHAUSTED. A zero field means the platform's default.
 type Limits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sustained API requests per second (0 to 100000).
+	// Sustained API requests per second (0 to 100000), for the tenant's
+	// worker calls (poll, heartbeat, complete, fail) and for its other calls
+	// apart: each has a bucket of this rate and burst.
 	RequestsPerSecond float64 `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
 	// Requests allowed at once above the sustained rate (0 to 1000000).
 	Burst int32 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
