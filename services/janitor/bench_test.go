@@ -1,13 +1,16 @@
 package janitor_test
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -49,11 +52,11 @@ func BenchmarkPurge(b *testing.B) {
 		}
 		// The janitor's own connections: closed after the purge, so that
 		// their statistics reach pg_stat_database.
-		janitorPool := testdb.PoolFor(b, pool, 16)
+		jp, backendCPU := janitorPool(b, pool)
 		before := rollbacksSoFar(b, pool)
-		st := crdb.New(janitorPool, crdb.Options{})
+		st := crdb.New(jp, crdb.Options{})
 		policy := store.RetentionPolicy{Default: store.Retention{Completed: new(15 * 24 * time.Hour)}}
-		dbBefore, ownBefore := serverCPU(b, pool), processCPU(b)
+		ownBefore := processCPU(b)
 		b.StartTimer()
 		start := time.Now()
 		res, err := retention.Apply(b.Context(), st, "bench", policy, retention.Options{Now: now})
@@ -67,7 +70,9 @@ func BenchmarkPurge(b *testing.B) {
 		events += res.Events()
 		instances += res.Deleted.InstancesDeleted
 		b.StopTimer()
-		janitorPool.Close()
+		dbCPU += backendCPU()
+		ownCPU += processCPU(b) - ownBefore
+		jp.Close()
 		idle := pool.Stat().TotalConns()
 		testwait.Until(b, 30*time.Second, "the janitor's backends exit", func() bool {
 			var n int32
@@ -76,46 +81,53 @@ func BenchmarkPurge(b *testing.B) {
 			return err == nil && n <= idle
 		})
 		rollbacks += rollbacksSoFar(b, pool) - before
-		dbCPU += serverCPU(b, pool) - dbBefore
-		ownCPU += processCPU(b) - ownBefore
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(instances)/elapsed.Seconds(), "instances/s")
 	b.ReportMetric(float64(instances)/float64(b.N), "instances/op")
 	b.ReportMetric(float64(rollbacks)/float64(b.N), "rollbacks/op")
-	// CPU per thousand events, of the database server (every backend,
-	// autovacuum included) and of this process: what the purge costs,
-	// whatever else the machine runs.
+	// CPU per thousand events, of the janitor's backends and of this
+	// process: what the purge costs, whatever else the machine runs.
 	b.ReportMetric(float64(dbCPU.Milliseconds())*1000/float64(events), "db-cpu-ms/kevent")
 	b.ReportMetric(float64(ownCPU.Milliseconds())*1000/float64(events), "go-cpu-ms/kevent")
 }
 
-// serverCPU reads the CPU time the PostgreSQL server on this machine has
-// used so far: its postmaster's, its exited backends' and its live ones'
-// (from /proc, Linux).
-func serverCPU(b *testing.B, pool *pgxpool.Pool) time.Duration {
-	var pid int
-	if err := pool.QueryRow(b.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	backend := procStat(b, pid)
-	postmaster := procStat(b, backend.ppid)
-	total := postmaster.cpu + postmaster.children
-	entries, err := os.ReadDir("/proc")
+// janitorPool opens the janitor's connections to the database of pool,
+// and reports the CPU time their backends have used so far (from /proc:
+// the server must run on this machine, on Linux).
+func janitorPool(b *testing.B, pool *pgxpool.Pool) (*pgxpool.Pool, func() time.Duration) {
+	cfg, err := pgxpool.ParseConfig(pool.Config().ConnString())
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := readProcStat(child); ok && st.ppid == backend.ppid {
+	cfg.MaxConns = 16
+	var mu sync.Mutex
+	var pids []int
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		mu.Lock()
+		defer mu.Unlock()
+		pids = append(pids, int(c.PgConn().PID()))
+		return nil
+	}
+	jp, err := pgxpool.NewWithConfig(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(jp.Close)
+	return jp, func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		var total time.Duration
+		for _, pid := range pids {
+			st, ok := readProcStat(pid)
+			if !ok {
+				b.Fatalf("no /proc/%d/stat: the janitor's backends must run on this machine", pid)
+			}
 			total += st.cpu
 		}
+		return total
 	}
-	return total
 }
 
 // processCPU is the CPU time this process has used so far.
@@ -128,20 +140,11 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 type procTimes struct {
-	ppid          int
-	cpu, children time.Duration
+	cpu time.Duration
 }
 
-func procStat(b *testing.B, pid int) procTimes {
-	st, ok := readProcStat(pid)
-	if !ok {
-		b.Fatalf("no /proc/%d/stat: the server's CPU time needs it on this machine", pid)
-	}
-	return st
-}
-
-// readProcStat reads a process's parent and CPU times (its own, and its
-// waited-for children's) from /proc/PID/stat, in clock ticks of 10 ms.
+// readProcStat reads a process's CPU time from /proc/PID/stat, counted in
+// clock ticks of 10 ms.
 func readProcStat(pid int) (procTimes, bool) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -150,16 +153,12 @@ func readProcStat(pid int) (procTimes, bool) {
 	// The command name, in parentheses, may hold spaces: fields start after it.
 	s := string(raw)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 15 {
+	if len(fields) < 13 {
 		return procTimes{}, false
 	}
 	n := func(i int) int64 { v, _ := strconv.ParseInt(fields[i], 10, 64); return v }
 	const tick = 10 * time.Millisecond
-	return procTimes{
-		ppid:     int(n(1)),
-		cpu:      time.Duration(n(11)+n(12)) * tick,
-		children: time.Duration(n(13)+n(14)) * tick,
-	}, true
+	return procTimes{cpu: time.Duration(n(11)+n(12)) * tick}, true
 }
 
 // rollbacksSoFar reads how many transactions the database has rolled back;
