@@ -49,10 +49,13 @@ type Options struct {
 	Pacer *Pacer
 }
 
-// deleteConcurrency is how many bulk deletes run at once: the database
-// does the work, statement by statement on one backend each, and two keep
-// a two-core server busy while the next page of candidates is read.
-const deleteConcurrency = 2
+// deleteConcurrency is how many bulk deletes run at once. One: a batch
+// reads more than a hundred pages of each table it deletes from, so
+// PostgreSQL's serializable isolation promotes its predicate locks to the
+// whole table, and two batches at once roll each other back (a third of
+// the database's work went into retries); one at a time does as much per
+// second. The next page of candidates is still read while a batch runs.
+const deleteConcurrency = 1
 
 // batchTimeout bounds one batch run under BatchContext: a batch the
 // database has not finished by then is a fault, not work.
@@ -116,7 +119,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 			o.OnBatch(r)
 		}
 	}
-	// Batches are disjoint sets of roots, so their deletes run side by side.
+	// The delete of a batch runs while the next page is read.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deleteConcurrency)
 	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
