@@ -669,6 +669,40 @@ func testFairnessAcrossTenants(t *testing.T, h *harness) {
 	require.Positive(t, served[a], "tenant a was starved instead")
 }
 
+// One tenant's backlog of due instances, larger than the claim's probe of a
+// tenant's head (512 rows), does not sit ahead of another tenant's one due
+// instance: a fetch leases one tenant's instances, the tenants in turn, so
+// b's comes within two fetches of any size, and a is served again next.
+func testClaimServesTenantsInTurn(t *testing.T, h *harness) {
+	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
+	for i := range 1000 {
+		h.start(a, fmt.Sprintf("a-%04d", i))
+	}
+	h.clock.Advance(time.Millisecond) // b's instance is due after all of a's
+	h.start(b, "b")
+	fetch := func() []*store.OrchestrationItem {
+		items, err := h.s.FetchOrchestrationItems(h.ctx(), &store.FetchOrchestrationItemsParams{
+			FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{LeaseDuration: lease}, Max: 8})
+		require.NoError(t, err)
+		require.NotEmpty(t, items)
+		return items
+	}
+	var tenants []string
+	for len(tenants) < 3 {
+		items := fetch()
+		tenants = append(tenants, items[0].Lease.TenantID)
+		for _, it := range items {
+			require.Equal(t, tenants[len(tenants)-1], it.Lease.TenantID, "a fetch leases one tenant's instances")
+		}
+		if items[0].Lease.TenantID == b {
+			require.Len(t, items, 1)
+			require.Equal(t, "b", items[0].Instance.InstanceID)
+		}
+	}
+	require.Contains(t, tenants[:2], b, "b's instance waited behind a's backlog: %v", tenants)
+	require.Equal(t, a, tenants[2], "a is served again after b: %v", tenants)
+}
+
 func testInvalidArguments(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	ctx := h.ctx()

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ZombieMessagesConsumed", testZombieMessagesConsumed},
 		{"TenantIsolation", testTenantIsolation},
 		{"FairnessAcrossTenants", testFairnessAcrossTenants},
+		{"ClaimServesTenantsInTurn", testClaimServesTenantsInTurn},
 		{"SuspendedTenantsWait", testSuspendedTenantsWait},
 		{"WorkItemLifecycle", testWorkItemLifecycle},
 		{"WorkItemAbandonAndExpiry", testWorkItemAbandonAndExpiry},
