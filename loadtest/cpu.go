@@ -12,11 +12,13 @@ import (
 
 // CPUReport is the server's CPU over the measured window: the processes
 // named to the generator and their descendants, split into the database's
-// (processes called postgres or cockroach) and Orchard's (the rest).
+// (processes called postgres or cockroach) and Orchard's (the rest); and the
+// generator's own, which shares the machine when it runs beside the server.
 type CPUReport struct {
 	Pids                           []int   `json:"pids"`
 	OrchardCores                   float64 `json:"orchard_cores"`
 	DatabaseCores                  float64 `json:"database_cores"`
+	GeneratorCores                 float64 `json:"generator_cores"`
 	OrchardMillisPerOrchestration  float64 `json:"orchard_ms_per_orchestration"`
 	DatabaseMillisPerOrchestration float64 `json:"database_ms_per_orchestration"`
 }
@@ -26,8 +28,8 @@ type CPUReport struct {
 const clockTicks = 100
 
 // cpuSample is the CPU time, so far, of the process trees under some
-// roots: Orchard's and the database's.
-type cpuSample struct{ orchard, database time.Duration }
+// roots (Orchard's and the database's) and of the generator.
+type cpuSample struct{ orchard, database, generator time.Duration }
 
 // procStat is what the generator reads of /proc/<pid>/stat.
 type procStat struct {
@@ -69,8 +71,9 @@ func parseProcStat(line string) (procStat, error) {
 	return procStat{pid: pid, ppid: ppid, comm: line[open+1 : end], cpu: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
 
-// sumTrees sums the CPU of the processes under roots (roots included).
-func sumTrees(procs []procStat, roots []int) cpuSample {
+// sumTrees sums the CPU of the processes under roots (roots included), and
+// the generator's (process self), which is never counted as the server's.
+func sumTrees(procs []procStat, roots []int, self int) cpuSample {
 	children := map[int][]procStat{}
 	byPID := map[int]procStat{}
 	for _, p := range procs {
@@ -85,9 +88,12 @@ func sumTrees(procs []procStat, roots []int) cpuSample {
 			return
 		}
 		seen[p.pid] = true
-		if strings.HasPrefix(p.comm, "postgres") || strings.HasPrefix(p.comm, "cockroach") {
+		switch {
+		case p.pid == self:
+			// The generator: counted apart.
+		case strings.HasPrefix(p.comm, "postgres") || strings.HasPrefix(p.comm, "cockroach"):
 			s.database += p.cpu
-		} else {
+		default:
 			s.orchard += p.cpu
 		}
 		for _, c := range children[p.pid] {
@@ -99,6 +105,7 @@ func sumTrees(procs []procStat, roots []int) cpuSample {
 			walk(p)
 		}
 	}
+	s.generator = byPID[self].cpu
 	return s
 }
 
@@ -120,7 +127,7 @@ func sampleCPU(roots []int) (cpuSample, error) {
 		}
 		procs = append(procs, ps)
 	}
-	s := sumTrees(procs, roots)
+	s := sumTrees(procs, roots, os.Getpid())
 	if s.orchard == 0 && s.database == 0 {
 		return s, fmt.Errorf("no process found under %v", roots)
 	}
@@ -134,6 +141,7 @@ func cpuReport(roots []int, before, after cpuSample, elapsed time.Duration, comp
 	orch, db := after.orchard-before.orchard, after.database-before.database
 	if elapsed > 0 {
 		r.OrchardCores, r.DatabaseCores = orch.Seconds()/elapsed.Seconds(), db.Seconds()/elapsed.Seconds()
+		r.GeneratorCores = (after.generator - before.generator).Seconds() / elapsed.Seconds()
 	}
 	if completed > 0 {
 		r.OrchardMillisPerOrchestration = float64(orch.Milliseconds()) / float64(completed)

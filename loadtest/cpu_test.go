@@ -26,12 +26,14 @@ func TestSumTreesSplitsTheDatabase(t *testing.T) {
 		{pid: 10, ppid: 1, comm: "orchard", cpu: 3 * time.Second},
 		{pid: 11, ppid: 10, comm: "postgres", cpu: 2 * time.Second},
 		{pid: 12, ppid: 11, comm: "postgres", cpu: time.Second},
-		{pid: 20, ppid: 1, comm: "postgres", cpu: time.Hour}, // another server's
+		{pid: 20, ppid: 1, comm: "postgres", cpu: time.Hour},       // another server's
+		{pid: 13, ppid: 10, comm: "orchard", cpu: 4 * time.Second}, // the generator, run by the server
 	}
-	require.Equal(t, cpuSample{orchard: 3 * time.Second, database: 3 * time.Second}, sumTrees(procs, []int{10, 10}))
-	r := cpuReport([]int{10}, cpuSample{}, cpuSample{orchard: time.Second, database: 2 * time.Second}, 2*time.Second, 100)
+	require.Equal(t, cpuSample{orchard: 3 * time.Second, database: 3 * time.Second, generator: 4 * time.Second}, sumTrees(procs, []int{10, 10}, 13))
+	r := cpuReport([]int{10}, cpuSample{}, cpuSample{orchard: time.Second, database: 2 * time.Second, generator: time.Second}, 2*time.Second, 100)
 	require.InDelta(t, 0.5, r.OrchardCores, 1e-9)
 	require.InDelta(t, 1.0, r.DatabaseCores, 1e-9)
+	require.InDelta(t, 0.5, r.GeneratorCores, 1e-9)
 	require.InDelta(t, 10, r.OrchardMillisPerOrchestration, 1e-9)
 	require.InDelta(t, 20, r.DatabaseMillisPerOrchestration, 1e-9)
 }
