@@ -10,6 +10,7 @@ package retention
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -165,32 +166,28 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 	return total, err
 }
 
-// forEachExpired hands fn the expired roots a page at a time: status by
-// status those that follow the policy, then those with a retention of
-// their own. It reports false when the deadline stopped it.
+// forEachExpired hands fn the expired roots a page at a time, status by
+// status: those that follow the policy, a scan per rule, each up to its
+// own cutoff (the names of a rule that keeps longer or shorter than the
+// default, then the default without them), then those with a retention of
+// their own, which the database judges. So a run reads what it can delete
+// and nothing it has to keep. It reports false when the deadline stopped
+// it.
 func forEachExpired(ctx context.Context, s Store, tenantID string, policy store.RetentionPolicy, o *Options, fn func([]store.ExpiryCandidate) error) (bool, error) {
-	type scan struct {
-		status    store.Status
-		overrides bool
-		cutoff    time.Time
-	}
-	var scans []scan
-	for _, st := range terminal {
-		if keep, ok := shortestKeep(policy, st); ok {
-			scans = append(scans, scan{status: st, cutoff: o.Now.Add(-keep)})
-		}
-	}
-	scans = append(scans, scan{overrides: true, cutoff: o.Now})
-	for _, sc := range scans {
+	for _, sc := range expiryScans(policy, o.Now) {
 		var after *store.ExpiryCandidate
 		for {
 			if o.expired() {
 				return false, nil
 			}
-			page, err := s.ListExpiryCandidates(ctx, &store.ListExpiryCandidatesParams{
-				TenantID: tenantID, Status: sc.status, Overrides: sc.overrides,
+			p := &store.ListExpiryCandidatesParams{
+				TenantID: tenantID, Status: sc.status, Names: sc.names, ExcludeNames: sc.exclude,
 				CompletedBefore: sc.cutoff, After: after, Limit: o.pageSize(),
-			})
+			}
+			if sc.overrides {
+				p.Overrides, p.Policy = true, &policy
+			}
+			page, err := s.ListExpiryCandidates(ctx, p)
 			if err != nil {
 				return false, err
 			}
@@ -217,16 +214,44 @@ func forEachExpired(ctx context.Context, s Store, tenantID string, policy store.
 	return true, nil
 }
 
-// shortestKeep is the shortest time any rule keeps instances of a status,
-// which bounds the scan of those that follow the policy.
-func shortestKeep(policy store.RetentionPolicy, st store.Status) (time.Duration, bool) {
-	keep, found := policy.For("", nil).KeepFor(st)
-	for name := range policy.ByName {
-		if d, ok := policy.For(name, nil).KeepFor(st); ok && (!found || d < keep) {
-			keep, found = d, true
+// expiryScan is one read of candidates: one status, and the roots of one
+// rule up to its cutoff, or those with a retention of their own.
+type expiryScan struct {
+	status         store.Status
+	names, exclude []string
+	overrides      bool
+	cutoff         time.Time
+}
+
+// expiryScans are the reads of a run at now, status by status: a scan per
+// time kept by rules by name that differ from the default, the default's
+// scan without those names, and the instances with their own retention.
+func expiryScans(policy store.RetentionPolicy, now time.Time) []expiryScan {
+	names := slices.Sorted(maps.Keys(policy.ByName))
+	var scans []expiryScan
+	for _, st := range terminal {
+		def, hasDefault := policy.For("", nil).KeepFor(st)
+		byKeep := map[time.Duration][]string{}
+		var apart []string
+		for _, name := range names {
+			keep, ok := policy.For(name, nil).KeepFor(st)
+			if ok && hasDefault && keep == def {
+				continue // the default's scan reads it
+			}
+			apart = append(apart, name)
+			if ok {
+				byKeep[keep] = append(byKeep[keep], name)
+			}
 		}
+		for _, keep := range slices.Sorted(maps.Keys(byKeep)) {
+			scans = append(scans, expiryScan{status: st, names: byKeep[keep], cutoff: now.Add(-keep)})
+		}
+		if hasDefault {
+			scans = append(scans, expiryScan{status: st, exclude: apart, cutoff: now.Add(-def)})
+		}
+		scans = append(scans, expiryScan{status: st, overrides: true, cutoff: now})
 	}
-	return keep, found
+	return scans
 }
 
 // expired reports whether a candidate's rule lets it go now: it completed

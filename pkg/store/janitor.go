@@ -15,7 +15,7 @@ type Janitor interface {
 	// ListExpiryCandidates reads terminal root instances of one status that
 	// completed before a cutoff, oldest first, with what judging their
 	// retention needs. Instances with a retention of their own come from
-	// their own scan (Overrides).
+	// their own scan (Overrides), which judges them in the database.
 	ListExpiryCandidates(ctx context.Context, p *ListExpiryCandidatesParams) ([]ExpiryCandidate, error)
 	// DeleteExpired deletes the trees of roots judged expired, small trees
 	// many to a transaction. A root is skipped when it was replaced since
@@ -65,11 +65,18 @@ type Janitor interface {
 // ListExpiryCandidatesParams selects terminal roots by completion time.
 type ListExpiryCandidatesParams struct {
 	TenantID string
-	// Status is the terminal status to read; ignored with Overrides.
+	// Status is the terminal status to read.
 	Status Status
+	// Names, when set, reads only roots of these names; ExcludeNames
+	// leaves out roots of these names. A scan per rule reads only what
+	// that rule lets go.
+	Names, ExcludeNames []string
 	// Overrides reads the instances that have a retention of their own
-	// (every terminal status) instead of those that follow the policy.
+	// instead of those that follow the policy, and only those their rule
+	// (their own retention over Policy, field by field) lets go at
+	// CompletedBefore.
 	Overrides bool
+	Policy    *RetentionPolicy
 	// CompletedBefore is the strict upper bound of completion times.
 	CompletedBefore time.Time
 	// After continues after this candidate (nil: from the oldest).

@@ -346,11 +346,42 @@ func TestRetentionAppliesEveryRule(t *testing.T) {
 	require.Equal(t, store.ActorJanitor, recs[0].Actor)
 	require.Equal(t, store.AuditResult{Instances: run.InstancesDeleted, Executions: run.ExecutionsDeleted, Events: run.EventsDeleted, Complete: true}, recs[0].Result)
 
-	// A second run finds nothing left.
+	// A second run finds nothing left, and reads nothing it has to keep:
+	// not the roots whose name's rule keeps them longer than another
+	// rule, nor those with a retention of their own not yet expired. It
+	// reads the one expired root whose child still runs, and only that.
 	again, err := retention.PreviewPolicy(ctx, e.store, "acme", policy, retention.PreviewOptions{Options: retention.Options{Now: e.now}})
 	require.NoError(t, err)
 	require.Zero(t, again.Instances)
 	require.Zero(t, again.Executions)
+	var kept, keptOverrides int
+	for _, r := range after {
+		if r.parent == "" && r.status.Terminal() {
+			kept++
+			if r.retention != nil {
+				keptOverrides++
+			}
+		}
+	}
+	require.Positive(t, keptOverrides, "roots with a retention of their own are kept")
+	require.Greater(t, kept, keptOverrides, "roots that follow the policy are kept")
+	counted := &countingStore{Store: e.store}
+	res, err := retention.Apply(ctx, counted, "acme", policy, retention.Options{Now: e.now})
+	require.NoError(t, err)
+	require.Zero(t, res.Deleted.InstancesDeleted)
+	require.Equal(t, 1, counted.candidates, "candidates read again, of %d terminal roots kept", kept)
+}
+
+// countingStore counts the expiry candidates a retention run reads.
+type countingStore struct {
+	retention.Store
+	candidates int
+}
+
+func (c *countingStore) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCandidatesParams) ([]store.ExpiryCandidate, error) {
+	page, err := c.Store.ListExpiryCandidates(ctx, p)
+	c.candidates += len(page)
+	return page, err
 }
 
 // TestLargeBacklogDoesNotDelayAnotherTenant: one worker, a tenant with

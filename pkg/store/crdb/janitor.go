@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,14 +41,24 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 	if p.After != nil {
 		afterAt, afterID = p.After.CompletedAt.UnixMilli(), p.After.InstanceID
 	}
-	sql, args := sqlExpiryByPolicy, namedArgs{"tenant_id": p.TenantID, "completed_before": p.CompletedBefore.UnixMilli(),
-		"after_completed_at": afterAt, "after_id": afterID, "limit": limit}
-	if p.Overrides {
-		sql = sqlExpiryByOverride
-	} else if !p.Status.Terminal() {
+	if !p.Status.Terminal() {
 		return nil, invalid("expiry candidates need a terminal status, got %q", p.Status)
+	}
+	if len(p.Names) > store.MaxFilterIDs || len(p.ExcludeNames) > store.MaxFilterIDs {
+		return nil, invalid("at most %d names to read or leave out", store.MaxFilterIDs)
+	}
+	sql, args := sqlExpiryByPolicy, namedArgs{"tenant_id": p.TenantID, "status": string(p.Status),
+		"completed_before": p.CompletedBefore.UnixMilli(), "after_completed_at": afterAt, "after_id": afterID, "limit": limit}
+	if p.Overrides {
+		if p.Policy == nil {
+			return nil, invalid("an override scan judges by a policy; none given")
+		}
+		sql = sqlExpiryByOverride
+		if err := overrideArgs(args, p.Policy, p.Status, p.CompletedBefore); err != nil {
+			return nil, err
+		}
 	} else {
-		args["status"] = string(p.Status)
+		args["names"], args["exclude_names"] = nonNil(p.Names), nonNil(p.ExcludeNames)
 	}
 	var out []store.ExpiryCandidate
 	err = s.retry(ctx, func(ctx context.Context) error {
@@ -71,6 +82,34 @@ func (s *Store) ListExpiryCandidates(ctx context.Context, p *store.ListExpiryCan
 		return err
 	})
 	return out, err
+}
+
+// overrideArgs adds what ExpiryByOverride judges an instance by: the key
+// of the status in a stored retention, and what the policy keeps of that
+// status by name and by default, in nanoseconds, at now.
+func overrideArgs(args namedArgs, policy *store.RetentionPolicy, st store.Status, now time.Time) error {
+	args["now_ns"] = now.UnixNano()
+	args["status_key"] = statusKeys[st]
+	var def *int64
+	if d, ok := policy.For("", nil).KeepFor(st); ok {
+		ns := int64(d)
+		def = &ns
+	}
+	keeps := map[string]int64{}
+	for name := range policy.ByName {
+		if d, ok := policy.For(name, nil).KeepFor(st); ok {
+			keeps[name] = int64(d)
+		}
+	}
+	ruleKeeps, err := json.Marshal(keeps)
+	args["default_keep"], args["rule_keeps"] = def, ruleKeeps
+	return err
+}
+
+// statusKeys are the keys of a stored retention's durations by status
+// (store.Retention's JSON).
+var statusKeys = map[store.Status]string{
+	store.StatusCompleted: "completed", store.StatusFailed: "failed", store.StatusCancelled: "cancelled",
 }
 
 // decodeRetention reads an instance's stored retention; nil when it has

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -468,6 +469,74 @@ func testDeleteExpiredJudgesRootsAgain(t *testing.T, h *harness) {
 	h.requireCounts(tenant, map[store.Status]int64{store.StatusCompleted: 2, store.StatusRunning: 1})
 
 	_, err = j.DeleteExpired(h.ctx(), &store.DeleteExpiredParams{TenantID: "", Roots: candidates})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+}
+
+// testExpiryScansReadOneRule: a scan of expiry candidates reads the names
+// it is given, or leaves out those it is told to, and a scan of instances
+// with a retention of their own returns only those their rule lets go:
+// their own time for the status, else their name's rule, else the default.
+func testExpiryScansReadOneRule(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	start := func(id, name string, own *store.Retention, status store.Status) {
+		_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: id, Name: name, Version: "1", Start: store.Message{Kind: kindStart}, Retention: own,
+		})
+		require.NoError(t, err)
+		h.finish(tenant, id, status)
+	}
+	hour := time.Hour
+	start("order-1", "order", nil, store.StatusCompleted)
+	start("report-1", "report", nil, store.StatusCompleted)
+	start("poll-1", "poll", nil, store.StatusCompleted)
+	start("own-short", "order", &store.Retention{Completed: new(hour)}, store.StatusCompleted)
+	start("own-long", "order", &store.Retention{Completed: new(48 * hour)}, store.StatusCompleted)
+	start("own-other", "report", &store.Retention{Failed: new(48 * hour)}, store.StatusCompleted) // its name's rule
+	start("own-default", "poll", &store.Retention{Failed: new(48 * hour)}, store.StatusCompleted) // the default
+	start("own-failed", "order", &store.Retention{Failed: new(hour)}, store.StatusFailed)
+	h.clock.Advance(3 * hour)
+	now := h.clock.Now()
+
+	j, ok := h.s.(store.Janitor)
+	require.True(t, ok, "the store serves the janitor")
+	read := func(p store.ListExpiryCandidatesParams) []string {
+		t.Helper()
+		p.TenantID, p.Limit = tenant, 100
+		if p.Status == "" {
+			p.Status = store.StatusCompleted
+		}
+		page, err := j.ListExpiryCandidates(h.ctx(), &p)
+		require.NoError(t, err)
+		var ids []string
+		for _, c := range page {
+			ids = append(ids, c.InstanceID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	require.Equal(t, []string{"order-1", "poll-1", "report-1"}, read(store.ListExpiryCandidatesParams{CompletedBefore: now}))
+	require.Equal(t, []string{"report-1"}, read(store.ListExpiryCandidatesParams{CompletedBefore: now, Names: []string{"report"}}))
+	require.Equal(t, []string{"order-1", "poll-1"}, read(store.ListExpiryCandidatesParams{CompletedBefore: now, ExcludeNames: []string{"report"}}))
+	require.Empty(t, read(store.ListExpiryCandidatesParams{CompletedBefore: now.Add(-4 * hour)}))
+
+	policy := &store.RetentionPolicy{
+		Default: store.Retention{Completed: new(2 * hour)},
+		ByName:  map[string]store.Retention{"report": {Completed: new(24 * hour)}},
+	}
+	overrides := func(st store.Status, policy *store.RetentionPolicy) []string {
+		return read(store.ListExpiryCandidatesParams{Status: st, Overrides: true, Policy: policy, CompletedBefore: now})
+	}
+	require.Equal(t, []string{"own-default", "own-short"}, overrides(store.StatusCompleted, policy),
+		"own-long keeps two days, own-other follows its name's rule of a day")
+	require.Equal(t, []string{"own-failed"}, overrides(store.StatusFailed, policy))
+	require.Equal(t, []string{"own-short"}, overrides(store.StatusCompleted, &store.RetentionPolicy{}),
+		"without a rule for the status, only its own time lets it go")
+
+	_, err := j.ListExpiryCandidates(h.ctx(), &store.ListExpiryCandidatesParams{TenantID: tenant, Status: store.StatusCompleted,
+		Overrides: true, CompletedBefore: now, Limit: 10})
+	require.ErrorIs(t, err, store.ErrInvalidArgument, "an override scan needs the policy")
+	_, err = j.ListExpiryCandidates(h.ctx(), &store.ListExpiryCandidatesParams{TenantID: tenant, Status: store.StatusRunning,
+		CompletedBefore: now, Limit: 10})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 }
 

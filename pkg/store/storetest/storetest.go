@@ -96,6 +96,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"BulkDeleteFilters", testBulkDeleteFilters},
 		{"BulkDeleteRetentionAndCascade", testBulkDeleteRetentionAndCascade},
 		{"DeleteExpiredJudgesRootsAgain", testDeleteExpiredJudgesRootsAgain},
+		{"ExpiryScansReadOneRule", testExpiryScansReadOneRule},
 		{"PruneOptions", testPruneOptions},
 		{"PruneBulk", testPruneBulk},
 		{"ListFilters", testListFilters},

@@ -4,21 +4,31 @@
 -- name: ExpiryByPolicy
 -- Terminal roots of one status that follow the tenant's policy (no
 -- retention of their own), completed before @completed_before, after the
--- position (@after_completed_at, @after_id), from instances_expiry: its
--- predicate is repeated so that both databases pick it.
+-- position (@after_completed_at, @after_id), of the names @names (all when
+-- empty) but not @exclude_names: the scan of one rule. From
+-- instances_expiry: its predicate is repeated so that both databases pick
+-- it.
 SELECT instance_id, name, status, completed_at, NULL::JSONB FROM instances
 WHERE tenant_id = @tenant_id AND status = @status AND completed_at IS NOT NULL
 	AND parent_instance_id IS NULL AND retention IS NULL
 	AND completed_at < @completed_before AND (completed_at, instance_id) > (@after_completed_at, @after_id)
+	AND (cardinality(@names::TEXT[]) = 0 OR name = ANY(@names::TEXT[]))
+	AND NOT (name = ANY(@exclude_names::TEXT[]))
 ORDER BY completed_at, instance_id LIMIT @limit;
 
 -- name: ExpiryByOverride
--- Terminal roots with a retention of their own, of every status, from
--- instances_expiry_override (its predicate repeated likewise).
+-- Terminal roots of one status with a retention of their own, from
+-- instances_expiry_override (its predicate repeated likewise), that their
+-- rule lets go at @now_ns: what they keep is their own retention's for the
+-- status (@status_key, in nanoseconds), else their name's rule's
+-- (@rule_keeps, an object by name), else the default's (@default_keep;
+-- NULL keeps them).
 SELECT instance_id, name, status, completed_at, retention FROM instances
 WHERE tenant_id = @tenant_id AND completed_at IS NOT NULL
-	AND parent_instance_id IS NULL AND retention IS NOT NULL
+	AND parent_instance_id IS NULL AND retention IS NOT NULL AND status = @status
 	AND completed_at < @completed_before AND (completed_at, instance_id) > (@after_completed_at, @after_id)
+	AND completed_at * 1000000 < @now_ns::INT8 - COALESCE((retention->>@status_key::TEXT)::INT8,
+		(@rule_keeps::JSONB->>name)::INT8, @default_keep::INT8)
 ORDER BY completed_at, instance_id LIMIT @limit;
 
 -- name: SummarizeTrees
