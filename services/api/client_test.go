@@ -1,7 +1,11 @@
 package api_test
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -367,4 +371,47 @@ func TestStartReadsANamedVersionOnce(t *testing.T) {
 	_, err = e.clients(e.token(other, tenancy.RoleClient)).client.StartOrchestration(ctx,
 		req(&orchardv1.StartOrchestrationRequest{Name: "waiter", Version: "1"}))
 	requireCode(t, err, connect.CodeNotFound)
+}
+
+// TestCompressesOnlyLargeResponses: a client that accepts gzip gets a small
+// answer as it is and a large one compressed, and both read back the same.
+func TestCompressesOnlyLargeResponses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acme := e.tenant("acme", nil, testsystem.WaiterDef)
+	token := e.token(acme, tenancy.RoleClient)
+	c := e.clients(token)
+	big := `{"pad":"` + strings.Repeat("orchard ", 1024) + `"}`
+	for id, input := range map[string]string{"small": `{"x":1}`, "big": big} {
+		_, err := c.client.StartOrchestration(t.Context(), req(&orchardv1.StartOrchestrationRequest{Name: "waiter", InstanceId: id, Input: []byte(input)}))
+		require.NoError(t, err)
+	}
+	for id, gzipped := range map[string]bool{"small": false, "big": true} {
+		r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.Server.URL+"/orchard.v1.ClientService/GetInstance",
+			strings.NewReader(`{"instanceId":"`+id+`"}`))
+		require.NoError(t, err)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+token)
+		// Asked for explicitly, the transport hands the body over as sent.
+		r.Header.Set("Accept-Encoding", "gzip")
+		resp, err := e.Server.Client().Do(r)
+		require.NoError(t, err)
+		body := io.Reader(resp.Body)
+		if gzipped {
+			require.Equal(t, "gzip", resp.Header.Get("Content-Encoding"), id)
+			body, err = gzip.NewReader(resp.Body)
+			require.NoError(t, err)
+		} else {
+			require.Empty(t, resp.Header.Get("Content-Encoding"), id)
+		}
+		var got struct {
+			Instance struct {
+				InstanceID string `json:"instanceId"`
+			}
+		}
+		require.NoError(t, json.NewDecoder(body).Decode(&got), id)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode, id)
+		require.Equal(t, id, got.Instance.InstanceID)
+	}
 }
