@@ -88,9 +88,8 @@ func WithConnectOptions(opts ...connect.ClientOption) Option {
 //     cancel, delete, prune, registration, Start with an instance id) and,
 //     for every call, when the connection could not even be made;
 //   - the server answers ResourceExhausted with a retry hint (a rate limit:
-//     the request was turned away before anything was done), when the hint
-//     is at most MaxBackoff: waiting the hint, then twice as long at each
-//     further refusal.
+//     the request was turned away before anything was done), waiting the
+//     hint, when it is at most MaxBackoff.
 //
 // Waits grow exponentially from InitialBackoff to MaxBackoff, with jitter,
 // and never outlast the call's context.
@@ -170,13 +169,8 @@ func (w *retryWaits) retryWait(n int, err *Error, idem idempotency) (time.Durati
 		}
 	case connect.CodeResourceExhausted:
 		if err.RetryAfter > 0 && err.RetryAfter <= w.p.MaxBackoff {
-			// The hint is when the bucket's next token comes, and every
-			// caller turned away meanwhile got the same one: each further
-			// refusal of this call waits twice as long, with jitter that
-			// spreads the callers, never below the hint nor above
-			// MaxBackoff.
-			wait := min(err.RetryAfter<<min(n-1, 16), w.p.MaxBackoff)
-			return min(wait+rand.N(wait/2+1), w.p.MaxBackoff), true
+			// A little jitter on top of the hint, never below it.
+			return err.RetryAfter + rand.N(err.RetryAfter/10+1), true
 		}
 	}
 	return 0, false
