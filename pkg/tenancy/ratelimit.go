@@ -28,8 +28,9 @@ type RateLimiterConfig struct {
 	MaxTenants int
 }
 
-// RateLimiter holds one token bucket per tenant, created on a tenant's first
-// request and updated when its limits change. It is safe for concurrent use.
+// RateLimiter holds one token bucket per name its callers give (a tenant,
+// or one of a tenant's budgets), created on the bucket's first request and
+// updated when its rate changes. It is safe for concurrent use.
 type RateLimiter struct {
 	now        func() time.Time
 	idleAfter  time.Duration

@@ -135,8 +135,8 @@ type tenantKey struct{}
 // admitTenant lets a tenant's call through when the tenant is registered,
 // active (a suspended tenant's tenant-admin may still read) and within its
 // request rate: its workers' calls and its other calls each have a bucket of
-// that rate (see access.worker). The tenant's row goes into the context for the handlers.
-// Admin calls have no tenant of their own and skip this.
+// that rate (see access.worker). The tenant's row goes into the context for
+// the handlers. Admin calls have no tenant of their own and skip this.
 func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
