@@ -43,7 +43,7 @@ func checkDevConsole(t *testing.T, banner, base, clientToken string) {
 	p.WaitText("#tree-size", "2 instances")
 	p.Screenshot("dev-demo-album-tree")
 
-	p.Run(chromedp.SetValue("#who-switch", "1", chromedp.ByQuery))
+	p.Run(browsertest.SetValue("#who-switch", "1", chromedp.ByQuery))
 	p.Eval(`document.querySelector('#who-switch').dispatchEvent(new Event('change'))`, nil)
 	p.WaitText("#who-tenant", "Platform")
 	p.WaitText("#tenants", "demo")

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -213,12 +214,45 @@ func (p *Page) RequireNoProblems(allowed ...string) {
 	}
 }
 
+// The console replaces whole parts of the page when it renders, so a node
+// found by one protocol call may be gone by the next. The helpers below read
+// in one evaluation, or retry an action that found its node gone (which it
+// then had not acted on).
+
+// visibleText is a JavaScript function of a selector and a wanted substring:
+// [innerText] of the first matching node when it is visible and its text
+// contains the substring, else false (an array, since an empty text must
+// end the wait too). chromedp.Text reads innerText as well.
+const visibleText = `(sel, want) => {
+	const n = document.querySelector(sel);
+	if (n === null || !(n.offsetWidth || n.offsetHeight || n.getClientRects().length)) return false;
+	return n.textContent.includes(want) ? [n.innerText] : false;
+}`
+
+// pollText waits until visibleText(sel, want) answers and returns its text.
+func (p *Page) pollText(sel, want string) (string, error) {
+	var s []string
+	ctx, cancel := context.WithTimeout(p.ctx, Timeout)
+	defer cancel()
+	err := chromedp.Run(ctx, chromedp.Poll(fmt.Sprintf(`(%s)(%q, %q)`, visibleText, sel, want),
+		&s, chromedp.WithPollingInterval(20*time.Millisecond)))
+	if err == nil && len(s) != 1 {
+		err = fmt.Errorf("the page answered %q", s)
+	}
+	if err != nil {
+		return "", err
+	}
+	return s[0], nil
+}
+
 // Text reads the text of the first node matching the CSS selector, waiting
 // for it to be visible.
 func (p *Page) Text(sel string) string {
 	p.t.Helper()
-	var s string
-	p.Run(chromedp.WaitVisible(sel, chromedp.ByQuery), chromedp.Text(sel, &s, chromedp.ByQuery))
+	s, err := p.pollText(sel, "")
+	if err != nil {
+		p.t.Fatalf("waiting for %s to show: %v; problems: %q", sel, err, p.Problems())
+	}
 	return s
 }
 
@@ -226,19 +260,51 @@ func (p *Page) Text(sel string) string {
 // and returns the text.
 func (p *Page) WaitText(sel, want string) string {
 	p.t.Helper()
-	var s string
-	ctx, cancel := context.WithTimeout(p.ctx, Timeout)
-	defer cancel()
-	err := chromedp.Run(ctx, chromedp.Poll(
-		fmt.Sprintf(`(() => { const n = document.querySelector(%q); return n !== null && n.textContent.includes(%q); })()`, sel, want),
-		nil, chromedp.WithPollingInterval(20*time.Millisecond)))
+	s, err := p.pollText(sel, want)
 	if err != nil {
 		var got string
 		_ = chromedp.Run(p.ctx, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || "(no %s)"`, sel, sel), &got))
 		p.t.Fatalf("waiting for %q in %s: %v; it says: %q; problems: %q", want, sel, err, got, p.Problems())
 	}
-	p.Run(chromedp.Text(sel, &s, chromedp.ByQuery))
 	return s
+}
+
+// Click is chromedp.Click, tried again when the node it found was replaced
+// before the click reached it.
+func Click(sel any, opts ...chromedp.QueryOption) chromedp.Action {
+	return againWhenGone(chromedp.Click(sel, opts...))
+}
+
+// SetValue is chromedp.SetValue, tried again when the node it found was
+// replaced before the value reached it.
+func SetValue(sel any, value string, opts ...chromedp.QueryOption) chromedp.Action {
+	return againWhenGone(chromedp.SetValue(sel, value, opts...))
+}
+
+// goneTries bounds the attempts of an action whose node keeps vanishing: a
+// page that re-renders that often is a defect to see, not to wait out.
+const goneTries = 5
+
+func againWhenGone(action chromedp.Action) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		for range goneTries {
+			if err = action.Do(ctx); err == nil || !nodeGone(err) {
+				return err
+			}
+		}
+		return err
+	})
+}
+
+// nodeGone tells the DevTools errors of a node removed from the document
+// after a query found it.
+func nodeGone(err error) bool {
+	var e *cdproto.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return strings.Contains(e.Message, "No node with given id") || strings.Contains(e.Message, "Node is detached")
 }
 
 // Eval evaluates a JavaScript expression and decodes its result into out.

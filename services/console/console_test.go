@@ -94,7 +94,7 @@ func start(t *testing.T, c *sdk.Client, name, id string, input any, wait bool, o
 func (e *env) signIn(t *testing.T, token string) *browsertest.Page {
 	p := e.browser.NewPage(t)
 	p.Run(chromedp.Navigate(e.URL+console.Path), chromedp.WaitVisible("#token", chromedp.ByQuery),
-		chromedp.SetValue("#token", token, chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery),
+		browsertest.SetValue("#token", token, chromedp.ByQuery), browsertest.Click("#signin-button", chromedp.ByQuery),
 		chromedp.WaitVisible("#who-tenant", chromedp.ByQuery))
 	return p
 }
@@ -122,7 +122,7 @@ func TestConsole(t *testing.T) {
 		p.Screenshot("instances")
 
 		// Running only, through the status chip.
-		p.Run(chromedp.Click(`#counts a.st-running`, chromedp.ByQuery))
+		p.Run(browsertest.Click(`#counts a.st-running`, chromedp.ByQuery))
 		p.WaitText("#counts", "1 matching")
 		p.WaitText("#instances", "waiting-1")
 		require.NotContains(t, p.Text("#instances"), "quick-")
@@ -132,10 +132,10 @@ func TestConsole(t *testing.T) {
 		p.WaitText("#counts", "30 matching")
 		first := p.WaitText("#instances", "quick-00")
 		require.NotContains(t, first, "quick-25")
-		p.Run(chromedp.Click("#next-page", chromedp.ByQuery))
+		p.Run(browsertest.Click("#next-page", chromedp.ByQuery))
 		second := p.WaitText("#instances", "quick-29")
 		require.NotContains(t, second, "quick-00")
-		p.Run(chromedp.Click("#prev-page", chromedp.ByQuery))
+		p.Run(browsertest.Click("#prev-page", chromedp.ByQuery))
 		p.WaitText("#instances", "quick-00")
 
 		// A filter the API rejects shows its reason.
@@ -160,7 +160,7 @@ func TestConsole(t *testing.T) {
 		require.Contains(t, p.Text(".overview"), "Completed")
 		p.Screenshot("instance-history")
 
-		p.Run(chromedp.Click("#tab-tree", chromedp.ByQuery))
+		p.Run(browsertest.Click("#tab-tree", chromedp.ByQuery))
 		p.WaitText("#tree-size", "3 instances in this tree")
 		p.WaitText("#tree", "fam-1-b")
 		p.Screenshot("instance-tree")
@@ -185,9 +185,9 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, tok)
 
 		e.open(p, "#/instance/w-event")
-		p.Run(chromedp.Click("#raise", chromedp.ByQuery), chromedp.WaitVisible("#event-name", chromedp.ByQuery),
-			chromedp.SetValue("#event-name", "go", chromedp.ByQuery), chromedp.SetValue("#event-payload", `{"ok": true}`, chromedp.ByQuery),
-			chromedp.Click("#event-send", chromedp.ByQuery))
+		p.Run(browsertest.Click("#raise", chromedp.ByQuery), chromedp.WaitVisible("#event-name", chromedp.ByQuery),
+			browsertest.SetValue("#event-name", "go", chromedp.ByQuery), browsertest.SetValue("#event-payload", `{"ok": true}`, chromedp.ByQuery),
+			browsertest.Click("#event-send", chromedp.ByQuery))
 		p.WaitText("#flash", "Event go queued")
 		inst, err := c.Wait(t.Context(), "w-event")
 		require.NoError(t, err)
@@ -195,18 +195,18 @@ func TestConsole(t *testing.T) {
 		require.JSONEq(t, `{"ok": true}`, string(inst.Output))
 
 		e.open(p, "#/instance/w-cancel")
-		p.Run(chromedp.Click("#cancel", chromedp.ByQuery), chromedp.WaitVisible("#cancel-reason", chromedp.ByQuery),
-			chromedp.SetValue("#cancel-reason", "no longer needed", chromedp.ByQuery), chromedp.Click("#cancel-confirm", chromedp.ByQuery))
+		p.Run(browsertest.Click("#cancel", chromedp.ByQuery), chromedp.WaitVisible("#cancel-reason", chromedp.ByQuery),
+			browsertest.SetValue("#cancel-reason", "no longer needed", chromedp.ByQuery), browsertest.Click("#cancel-confirm", chromedp.ByQuery))
 		p.WaitText("#flash", "Cancel requested")
 		inst, err = c.Wait(t.Context(), "w-cancel")
 		require.NoError(t, err)
 		require.Equal(t, sdk.StatusCancelled, inst.Status)
-		p.Run(chromedp.Click("#refresh", chromedp.ByQuery))
+		p.Run(browsertest.Click("#refresh", chromedp.ByQuery))
 		p.WaitText("#instance-error", "no longer needed")
 
 		e.open(p, "#/instance/loop-2")
-		p.Run(chromedp.Click("#prune", chromedp.ByQuery), chromedp.WaitVisible("#prune-keep", chromedp.ByQuery),
-			chromedp.SetValue("#prune-keep", "1", chromedp.ByQuery), chromedp.Click("#prune-confirm", chromedp.ByQuery))
+		p.Run(browsertest.Click("#prune", chromedp.ByQuery), chromedp.WaitVisible("#prune-keep", chromedp.ByQuery),
+			browsertest.SetValue("#prune-keep", "1", chromedp.ByQuery), browsertest.Click("#prune-confirm", chromedp.ByQuery))
 		p.WaitText("#flash", "Pruned 3 executions")
 		execs, err := c.Executions(t.Context(), "loop-2")
 		require.NoError(t, err)
@@ -223,34 +223,34 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, tok)
 
 		e.open(p, "#/instance/fam-2-a")
-		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.Run(browsertest.Click("#delete", chromedp.ByQuery))
 		p.WaitText("#delete-refused", "sub-orchestration of fam-2")
-		p.Run(chromedp.Click("dialog .actions button", chromedp.ByQuery))
+		p.Run(browsertest.Click("dialog .actions button", chromedp.ByQuery))
 
 		e.open(p, "#/instance/fam-2")
-		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.Run(browsertest.Click("#delete", chromedp.ByQuery))
 		p.WaitText("#delete-what", "and its 2 sub-orchestrations")
 		p.Screenshot("delete-confirm")
-		p.Run(chromedp.Click("#delete-confirm", chromedp.ByQuery))
+		p.Run(browsertest.Click("#delete-confirm", chromedp.ByQuery))
 		p.WaitText("#flash", "Deleted fam-2: 3 instances")
 		n, err := c.Count(t.Context(), sdk.Filter{IDPrefix: "fam-2"})
 		require.NoError(t, err)
 		require.Zero(t, n.Total)
 
 		e.open(p, "#/instance/wait-2")
-		p.Run(chromedp.Click("#delete", chromedp.ByQuery))
+		p.Run(browsertest.Click("#delete", chromedp.ByQuery))
 		p.WaitText("#delete-what", "1 instance of this tree is running")
 		var disabled bool
 		p.Eval(`document.querySelector('#delete-confirm').disabled`, &disabled)
 		require.True(t, disabled, "no delete of a running tree without force")
-		p.Run(chromedp.Click("#delete-force", chromedp.ByQuery), chromedp.Click("#delete-confirm", chromedp.ByQuery))
+		p.Run(browsertest.Click("#delete-force", chromedp.ByQuery), browsertest.Click("#delete-confirm", chromedp.ByQuery))
 		p.WaitText("#flash", "Deleted wait-2: 1 instances")
 
 		// Both deletes are in the tenant's audit log.
 		e.open(p, "#/audit?action=delete_instance")
 		p.WaitText("#audit", "delete_instance")
 		require.Equal(t, 2, p.NodeCount("#audit tbody tr"))
-		p.Run(chromedp.Click("#audit tbody tr:last-child button", chromedp.ByQuery))
+		p.Run(browsertest.Click("#audit tbody tr:last-child button", chromedp.ByQuery))
 		p.WaitText("dialog pre", "fam-2")
 		p.Screenshot("audit-log")
 		p.RequireNoProblems()
@@ -273,12 +273,12 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, tok)
 		e.open(p, "#/instances?name_prefix=")
 		p.WaitText("#counts", "16 matching")
-		p.Run(chromedp.Click("#bulk-delete", chromedp.ByQuery))
+		p.Run(browsertest.Click("#bulk-delete", chromedp.ByQuery))
 		// 12 quick and fam-3 are terminal roots; its children go with it;
 		// the waiter runs and stays.
 		require.Equal(t, "13", p.Text("#dry-run-count"))
 		p.Screenshot("bulk-dry-run")
-		p.Run(chromedp.Click("#bulk-confirm", chromedp.ByQuery))
+		p.Run(browsertest.Click("#bulk-confirm", chromedp.ByQuery))
 		p.WaitText("#bulk-status", "Done: 15 instances (sub-orchestrations included)")
 		var progress, max float64
 		p.Eval(`document.querySelector('#bulk-progress').value`, &progress)
@@ -319,7 +319,7 @@ func TestConsole(t *testing.T) {
 		// A definition whose name is markup: refused, and the reasons show as text.
 		e.open(p, "#/definitions")
 		doc := "name: '" + strings.ReplaceAll(img, "'", "''") + "'\nversion: '<b>1</b>'\nsteps:\n  - return: '" + script + "'\n"
-		p.Run(chromedp.SetValue("#definition-source", doc, chromedp.ByQuery), chromedp.Click("#register", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#definition-source", doc, chromedp.ByQuery), browsertest.Click("#register", chromedp.ByQuery))
 		p.WaitText("#register-result", "Not registered")
 		p.WaitText("#register-result", "document.name")
 		p.Screenshot("xss-definition")
@@ -366,7 +366,7 @@ func TestConsole(t *testing.T) {
 		p := e.browser.NewPage(t)
 		e.open(p, "")
 		p.Run(chromedp.WaitVisible("#token", chromedp.ByQuery),
-			chromedp.SetValue("#token", "not a token", chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery))
+			browsertest.SetValue("#token", "not a token", chromedp.ByQuery), browsertest.Click("#signin-button", chromedp.ByQuery))
 		p.WaitText("#signin-result", "This is not a token")
 
 		_, other, err := ed25519.GenerateKey(rand.Reader)
@@ -375,7 +375,7 @@ func TestConsole(t *testing.T) {
 		require.NoError(t, err)
 		forged, err := stranger.Mint(tenancy.Claims{Tenant: "acme", Subject: "mallory", Roles: []tenancy.Role{tenancy.RoleClient}}, time.Hour)
 		require.NoError(t, err)
-		p.Run(chromedp.SetValue("#token", forged, chromedp.ByQuery), chromedp.Click("#signin-button", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#token", forged, chromedp.ByQuery), browsertest.Click("#signin-button", chromedp.ByQuery))
 		p.WaitText("#signin-result", "The API refused this token")
 		p.Screenshot("wrong-token")
 		require.Zero(t, p.NodeCount("#who-tenant"))
@@ -395,31 +395,31 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, tok)
 		e.open(p, "#/definitions")
 		p.WaitText("#definitions", "waiter")
-		p.Run(chromedp.SetValue("#definition-source", "name: bad\nversion: '1'\nsteps:\n  - activity: { name: x }\n", chromedp.ByQuery),
-			chromedp.Click("#register", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#definition-source", "name: bad\nversion: '1'\nsteps:\n  - activity: { name: x }\n", chromedp.ByQuery),
+			browsertest.Click("#register", chromedp.ByQuery))
 		p.WaitText("#register-result", "document.steps[0]")
-		p.Run(chromedp.SetValue("#definition-source", "name: greet\nversion: '1'\nsteps:\n  - return: ${ input }\n", chromedp.ByQuery),
-			chromedp.Click("#register", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#definition-source", "name: greet\nversion: '1'\nsteps:\n  - return: ${ input }\n", chromedp.ByQuery),
+			browsertest.Click("#register", chromedp.ByQuery))
 		p.WaitText("#register-result", "Registered: greet version 1")
-		p.Run(chromedp.Click("#register-result a", chromedp.ByQuery))
+		p.Run(browsertest.Click("#register-result a", chromedp.ByQuery))
 		p.WaitText("#definition-name", "greet")
 		p.Screenshot("definition")
 
 		e.open(p, "#/retention")
 		// Keeping completed instances 0s would delete the three now.
 		p.Run(chromedp.WaitVisible("#default-completed", chromedp.ByQuery),
-			chromedp.SetValue("#default-completed", "0", chromedp.ByQuery),
-			chromedp.Click("#retention-preview-button", chromedp.ByQuery))
+			browsertest.SetValue("#default-completed", "0", chromedp.ByQuery),
+			browsertest.Click("#retention-preview-button", chromedp.ByQuery))
 		p.WaitText("#retention-preview", "3 instances")
 		p.Screenshot("retention-preview")
-		p.Run(chromedp.SetValue("#default-completed", "30d", chromedp.ByQuery),
-			chromedp.SetValue("#default-keep-last", "5", chromedp.ByQuery),
-			chromedp.Click("#add-rule", chromedp.ByQuery),
-			chromedp.SetValue("#rule-0-name", "quick", chromedp.ByQuery),
-			chromedp.SetValue("#rule-0-failed", "12h", chromedp.ByQuery),
-			chromedp.Click("#retention-save", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#default-completed", "30d", chromedp.ByQuery),
+			browsertest.SetValue("#default-keep-last", "5", chromedp.ByQuery),
+			browsertest.Click("#add-rule", chromedp.ByQuery),
+			browsertest.SetValue("#rule-0-name", "quick", chromedp.ByQuery),
+			browsertest.SetValue("#rule-0-failed", "12h", chromedp.ByQuery),
+			browsertest.Click("#retention-save", chromedp.ByQuery))
 		p.WaitText("dialog #retention-preview", "0 instances")
-		p.Run(chromedp.Click("dialog .actions button:last-child", chromedp.ByQuery))
+		p.Run(browsertest.Click("dialog .actions button:last-child", chromedp.ByQuery))
 		p.WaitText("#retention-result", "Saved")
 		// What the API stored comes back into the form.
 		p.Run(chromedp.Reload())
@@ -442,20 +442,20 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, e.token(t, "", tenancy.RolePlatformAdmin))
 		require.Equal(t, "Platform", p.Text("#who-tenant"))
 		p.WaitText("#tenants", "plat")
-		p.Run(chromedp.SetValue("#new-tenant", "newco", chromedp.ByQuery), chromedp.Click("#create-tenant", chromedp.ByQuery))
+		p.Run(browsertest.SetValue("#new-tenant", "newco", chromedp.ByQuery), browsertest.Click("#create-tenant", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Tenant newco created")
 		p.WaitText("#tenants", "newco")
 		// Suspend newco (the row's danger button), then check with the store.
-		p.Run(chromedp.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Suspend")]`, chromedp.BySearch),
-			chromedp.WaitVisible("dialog button.danger", chromedp.ByQuery), chromedp.Click("dialog button.danger", chromedp.ByQuery))
+		p.Run(browsertest.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Suspend")]`, chromedp.BySearch),
+			chromedp.WaitVisible("dialog button.danger", chromedp.ByQuery), browsertest.Click("dialog button.danger", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "newco suspended")
 		tn, err := e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
 		require.Equal(t, store.TenantSuspended, tn.State)
 		p.WaitText("#tenants", "suspended")
-		p.Run(chromedp.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Limits")]`, chromedp.BySearch),
+		p.Run(browsertest.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Limits")]`, chromedp.BySearch),
 			chromedp.WaitVisible("#limit-requestsPerSecond", chromedp.ByQuery),
-			chromedp.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), chromedp.Click("#limits-save", chromedp.ByQuery))
+			browsertest.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), browsertest.Click("#limits-save", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Limits of newco saved")
 		tn, err = e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
