@@ -223,18 +223,20 @@ func (p *Page) RequireNoProblems(allowed ...string) {
 // [innerText] of the first matching node when it is visible and its text
 // contains the substring, else false (an array, since an empty text must
 // end the wait too). chromedp.Text reads innerText as well.
-const visibleText = `(sel, want) => {
+const visibleText = `(sel, want, whole) => {
 	const n = document.querySelector(sel);
 	if (n === null || !(n.offsetWidth || n.offsetHeight || n.getClientRects().length)) return false;
-	return n.textContent.includes(want) ? [n.innerText] : false;
+	const t = n.textContent;
+	return (whole ? t.trim() === want : t.includes(want)) ? [n.innerText] : false;
 }`
 
-// pollText waits until visibleText(sel, want) answers and returns its text.
-func (p *Page) pollText(sel, want string) (string, error) {
+// pollText waits until visibleText(sel, want, whole) answers and returns
+// its text.
+func (p *Page) pollText(sel, want string, whole bool) (string, error) {
 	var s []string
 	ctx, cancel := context.WithTimeout(p.ctx, Timeout)
 	defer cancel()
-	err := chromedp.Run(ctx, chromedp.Poll(fmt.Sprintf(`(%s)(%q, %q)`, visibleText, sel, want),
+	err := chromedp.Run(ctx, chromedp.Poll(fmt.Sprintf(`(%s)(%q, %q, %t)`, visibleText, sel, want, whole),
 		&s, chromedp.WithPollingInterval(20*time.Millisecond)))
 	if err == nil && len(s) != 1 {
 		err = fmt.Errorf("the page answered %q", s)
@@ -249,7 +251,7 @@ func (p *Page) pollText(sel, want string) (string, error) {
 // for it to be visible.
 func (p *Page) Text(sel string) string {
 	p.t.Helper()
-	s, err := p.pollText(sel, "")
+	s, err := p.pollText(sel, "", false)
 	if err != nil {
 		p.t.Fatalf("waiting for %s to show: %v; problems: %q", sel, err, p.Problems())
 	}
@@ -260,7 +262,20 @@ func (p *Page) Text(sel string) string {
 // and returns the text.
 func (p *Page) WaitText(sel, want string) string {
 	p.t.Helper()
-	s, err := p.pollText(sel, want)
+	return p.waitText(sel, want, false)
+}
+
+// WaitWholeText waits until the text of the node matching sel, trimmed, is
+// want: where an old text contains the new one ("31 matching" contains
+// "1 matching"), WaitText would not wait.
+func (p *Page) WaitWholeText(sel, want string) {
+	p.t.Helper()
+	p.waitText(sel, want, true)
+}
+
+func (p *Page) waitText(sel, want string, whole bool) string {
+	p.t.Helper()
+	s, err := p.pollText(sel, want, whole)
 	if err != nil {
 		var got string
 		_ = chromedp.Run(p.ctx, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || "(no %s)"`, sel, sel), &got))

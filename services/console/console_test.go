@@ -117,19 +117,19 @@ func TestConsole(t *testing.T) {
 		p := e.signIn(t, tok)
 		require.Equal(t, "acme", p.Text("#who-tenant"))
 		require.Equal(t, "tenant-admin, client", p.Text("#who-roles"))
-		p.WaitText("#counts", "31 matching")
+		p.WaitWholeText("#counts .total", "31 matching")
 		p.WaitText("#instances", "waiting-1")
 		p.Screenshot("instances")
 
 		// Running only, through the status chip.
 		p.Run(browsertest.Click(`#counts a.st-running`, chromedp.ByQuery))
-		p.WaitText("#counts", "1 matching")
+		p.WaitWholeText("#counts .total", "1 matching")
 		p.WaitText("#instances", "waiting-1")
 		require.NotContains(t, p.Text("#instances"), "quick-")
 
 		// A tag filter and page size 25: two pages.
 		e.open(p, "#/instances?tag=batch%3Db1&size=25&order=CREATED_ASC")
-		p.WaitText("#counts", "30 matching")
+		p.WaitWholeText("#counts .total", "30 matching")
 		first := p.WaitText("#instances", "quick-00")
 		require.NotContains(t, first, "quick-25")
 		p.Run(browsertest.Click("#next-page", chromedp.ByQuery))
@@ -272,7 +272,7 @@ func TestConsole(t *testing.T) {
 		})
 		p := e.signIn(t, tok)
 		e.open(p, "#/instances?name_prefix=")
-		p.WaitText("#counts", "16 matching")
+		p.WaitWholeText("#counts .total", "16 matching")
 		p.Run(browsertest.Click("#bulk-delete", chromedp.ByQuery))
 		// 12 quick and fam-3 are terminal roots; its children go with it;
 		// the waiter runs and stays.
