@@ -463,6 +463,74 @@ func TestJobCutShortResumes(t *testing.T) {
 	e.requireConsistent("acme")
 }
 
+// TestGracefulDeleteCutShortResumes: a graceful delete stopped between
+// roots resumes where it stopped. The operation's counts and its audit
+// record count every root, and no root deleted before the stop is taken for
+// one that was gone (skipped).
+func TestGracefulDeleteCutShortResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	const roots = 1000 // the most a graceful delete takes
+	e.generate(datagen.Spec{Tenants: []string{"acme"}, InstancesPerTenant: roots, EventsPerExecution: 2, Completed: 1, Seed: 4})
+	rows, err := e.pool.Query(ctx, `SELECT instance_id FROM instances WHERE tenant_id = 'acme' ORDER BY instance_id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, ids, roots)
+	req, err := json.Marshal(janitor.GracefulDelete{InstanceIDs: ids, Actor: "me", Role: "client"})
+	require.NoError(t, err)
+	require.NoError(t, e.store.CreateOperation(ctx, &store.Operation{TenantID: "acme", OperationID: "op", Kind: store.OperationGracefulDelete,
+		Request: req, Deadline: e.now.Add(time.Hour)}))
+
+	first := e.start(nil)
+	require.NoError(t, first.Queue().RunOperation(ctx, "acme", "op"))
+	testwait.Until(t, time.Minute, "the first roots", func() bool {
+		recs := e.audit("acme", store.AuditGracefulDelete)
+		return len(recs) == 1 && recs[0].Result.Instances > 0
+	})
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, first.Stop(stopCtx))
+
+	recs := e.audit("acme", store.AuditGracefulDelete)
+	require.Len(t, recs, 1)
+	require.True(t, recs[0].FinishedAt.IsZero(), "the record says the operation did not finish")
+	cut := recs[0].Result.Instances
+	require.Less(t, cut, int64(roots), "stopped in the middle")
+	var left int64
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE tenant_id = 'acme'`).Scan(&left))
+	require.Equal(t, int64(roots)-cut, left, "the record counts exactly what went")
+	op, err := e.store.GetOperation(ctx, &store.GetOperationParams{TenantID: "acme", OperationID: "op"})
+	require.NoError(t, err)
+	require.Equal(t, store.OperationRunning, op.State)
+	var progress janitor.GracefulDeleteResult
+	require.NoError(t, json.Unmarshal(op.Result, &progress))
+	require.Equal(t, int(cut), progress.Done, "the operation keeps how far it went")
+	require.Empty(t, progress.Skipped)
+
+	e.start(nil)
+	testwait.Until(t, time.Minute, "the resumed operation", func() bool {
+		op, err = e.store.GetOperation(ctx, &store.GetOperationParams{TenantID: "acme", OperationID: "op"})
+		require.NoError(t, err)
+		return op.State != store.OperationRunning
+	})
+	require.Equal(t, store.OperationSucceeded, op.State, op.Error)
+	var res janitor.GracefulDeleteResult
+	require.NoError(t, json.Unmarshal(op.Result, &res))
+	require.Equal(t, int64(roots), res.InstancesDeleted)
+	require.Equal(t, int64(roots), res.ExecutionsDeleted)
+	require.Equal(t, roots, res.Done)
+	require.Empty(t, res.Skipped, "a root deleted before the stop is not skipped")
+	recs = e.audit("acme", store.AuditGracefulDelete)
+	require.Len(t, recs, 1)
+	require.False(t, recs[0].FinishedAt.IsZero())
+	require.True(t, recs[0].Result.Complete)
+	require.Equal(t, int64(roots), recs[0].Result.Instances)
+	require.Equal(t, res.EventsDeleted, recs[0].Result.Events)
+	e.requireConsistent("acme")
+}
+
 // TestEraseTenant: every row of the tenant goes, in every table of the
 // schema (read from the catalog, so a new table cannot be forgotten),
 // except one tombstone audit record; other tenants are untouched.

@@ -339,9 +339,14 @@ type GracefulDelete struct {
 	Role  string `json:"role"`
 }
 
-// GracefulDeleteResult is what a graceful delete removed.
+// GracefulDeleteResult is what a graceful delete removed. The operation row
+// holds it while the deletes run, one root at a time in the request's
+// order, so that a job cut short and retried counts what the earlier
+// attempt deleted and does not take those roots for skipped ones.
 type GracefulDeleteResult struct {
 	store.DeleteResult
+	// Done is how many of the request's roots were deleted or skipped.
+	Done int `json:"done"`
 	// Skipped are the roots that were gone before the delete.
 	Skipped []string `json:"skipped,omitempty"`
 }
@@ -400,30 +405,59 @@ func (j *Janitor) operation(ctx context.Context, job *river.Job[operationArgs]) 
 	if err := j.cfg.Store.StartAudit(ctx, audit); err != nil {
 		return err
 	}
-	res := GracefulDeleteResult{}
-	for _, id := range req.InstanceIDs {
-		r, err := j.cfg.Store.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: tenantID, InstanceID: id})
-		if errors.Is(err, store.ErrSubOrchestration) || errors.Is(err, store.ErrInstanceRunning) {
-			// Started again under the same id since, or not a root: refuse
-			// rather than widen what was asked.
-			return j.failOperation(ctx, op, err)
+	var res GracefulDeleteResult
+	if len(op.Result) > 0 {
+		if err := json.Unmarshal(op.Result, &res); err != nil {
+			return j.failOperation(ctx, op, fmt.Errorf("operation progress: %w", err))
 		}
-		if err != nil {
+	}
+	for _, id := range req.InstanceIDs[min(res.Done, len(req.InstanceIDs)):] {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if r.InstancesDeleted == 0 {
-			res.Skipped = append(res.Skipped, id)
+		if err := j.deleteRoot(ctx, op, audit.RecordID, id, &res); err != nil {
+			if errors.Is(err, store.ErrSubOrchestration) || errors.Is(err, store.ErrInstanceRunning) {
+				// Started again under the same id since, or not a root:
+				// refuse rather than widen what was asked.
+				return j.failOperation(ctx, op, err)
+			}
+			return err
 		}
-		res.Add(*r)
 	}
-	finish := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, FinishedAt: j.cfg.Clock.Now(), Result: store.AuditResult{
-		Instances: res.InstancesDeleted, Executions: res.ExecutionsDeleted, Events: res.EventsDeleted, Complete: true,
-	}}
+	// The counts are in the record already, root by root.
+	finish := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, FinishedAt: j.cfg.Clock.Now(),
+		Result: store.AuditResult{Complete: true}}
 	if err := j.cfg.Store.FinishAudit(ctx, finish); err != nil {
 		return err
 	}
 	op.State, op.Result = store.OperationSucceeded, mustJSON(res)
 	return j.cfg.Store.UpdateOperation(ctx, op)
+}
+
+// deleteRoot deletes one root of a graceful delete and records it in the
+// audit record and in the operation's progress. The three run under a batch
+// context: a job stopped meanwhile lets them finish, and stops before the
+// next root.
+func (j *Janitor) deleteRoot(ctx context.Context, op *store.Operation, recordID, id string, res *GracefulDeleteResult) error {
+	bctx, cancel := retention.BatchContext(ctx)
+	defer cancel()
+	r, err := j.cfg.Store.DeleteInstance(bctx, &store.DeleteInstanceParams{TenantID: op.TenantID, InstanceID: id})
+	if err != nil {
+		return err
+	}
+	if r.InstancesDeleted == 0 {
+		res.Skipped = append(res.Skipped, id)
+	}
+	res.Done++
+	res.Add(*r)
+	step := &store.AuditRecord{TenantID: op.TenantID, RecordID: recordID, Result: store.AuditResult{
+		Instances: r.InstancesDeleted, Executions: r.ExecutionsDeleted, Events: r.EventsDeleted,
+	}}
+	if err := j.cfg.Store.FinishAudit(bctx, step); err != nil {
+		return err
+	}
+	op.Result = mustJSON(res)
+	return j.cfg.Store.UpdateOperation(bctx, op)
 }
 
 func (j *Janitor) failOperation(ctx context.Context, op *store.Operation, cause error) error {
