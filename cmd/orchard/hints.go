@@ -37,9 +37,11 @@ func hintedPolls(cfg *api.Config) {
 // result wakes a loop, so its polls are for lost hints and for timers,
 // which are not hinted. A loop then goes from its last batch to 50 ms at
 // once instead of doubling from 2 ms; the default 100 ms ceiling stays, so
-// a timer is found no later than without hints.
+// a timer is found no later than without hints. A loop whose batch was not
+// full waits for a hint rather than fetching again at once.
 func hintedDispatcherPolls(cfg *dispatcher.Config) {
 	cfg.MinPoll = 50 * time.Millisecond
+	cfg.Hinted = true
 }
 
 // openHints returns the notifier --hints names, and what closes it.

@@ -45,6 +45,11 @@ type Config struct {
 	// again; the wait doubles from MinPoll with each empty fetch (defaults
 	// 2ms and 100ms). A loop that fetches a full batch wakes the idle ones.
 	MinPoll, MaxPoll time.Duration
+	// ZombieInterval is how often, at most, the dispatcher's fetches that
+	// find no work look for zombie messages, the messages of instances that
+	// no longer exist, which they consume and log (default 1s; see
+	// store.FetchOrchestrationItemsParams.SkipZombies).
+	ZombieInterval time.Duration
 	// TenantID restricts the dispatcher to one tenant; empty serves all
 	// tenants, in turn.
 	TenantID string
@@ -66,6 +71,11 @@ type Config struct {
 	// they end. Share one with the API of this process (default: none,
 	// the loops poll).
 	Notifier notify.Notifier
+	// Hinted says that a hint reaches Notifier for every message queued
+	// for an instance: the API runs in this process, or hints cross
+	// processes. A loop whose batch was not full then waits for a hint or
+	// its poll instead of fetching again at once (see loop).
+	Hinted bool
 	// MaxTurnAttempts is how many turns of an instance in a row, each run
 	// alone after its lease lapsed, may die before they end (the process
 	// crashed, out of memory say, or the turn overran its lease) before the
@@ -94,10 +104,11 @@ func (c *Config) withDefaults() error {
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
 	c.MinPoll = cmp.Or(c.MinPoll, 2*time.Millisecond)
 	c.MaxPoll = cmp.Or(c.MaxPoll, 100*time.Millisecond)
+	c.ZombieInterval = cmp.Or(c.ZombieInterval, time.Second)
 	c.DefinitionCacheSize = cmp.Or(c.DefinitionCacheSize, 1024)
 	c.PolicyTTL = cmp.Or(c.PolicyTTL, 30*time.Second)
 	c.MaxTurnAttempts = cmp.Or(c.MaxTurnAttempts, 3)
-	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll || c.MaxTurnAttempts < 0 {
+	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll || c.MaxTurnAttempts < 0 || c.ZombieInterval < 0 {
 		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
 	}
@@ -146,6 +157,12 @@ type Dispatcher struct {
 	// holds one value, so that a hint that comes while every loop is busy
 	// makes the next loop to idle look once more before it sleeps.
 	kick chan struct{}
+	// hints counts the hints that came, so that a loop knows whether one
+	// came while it held its batch's leases (see loop).
+	hints atomic.Int64
+	// nextZombieLook is when (UnixNano) a fetch next looks for zombie
+	// messages when it finds no work.
+	nextZombieLook atomic.Int64
 	// suspectMu runs the suspects' turns one at a time (runSuspect).
 	suspectMu sync.Mutex
 	// beforeAck, set by tests, runs between a batch's turns and its ack.
@@ -215,6 +232,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		for {
 			select {
 			case <-hints.C:
+				d.hints.Add(1)
 				select {
 				case d.kick <- struct{}{}:
 				default:
@@ -279,6 +297,15 @@ func (d *Dispatcher) Stats() Stats {
 
 // loop fetches and runs batches until fetchCtx ends. Turns run under
 // turnCtx, so that a drain lets them finish.
+//
+// A loop that ran a full batch fetches again at once: more may wait. After
+// a batch that was not full, it fetches again at once only when not every
+// message comes with a hint (Config.Hinted), or when a hint came while it held the batch's leases: a message queued
+// for one of its instances then (an event, an activity's result) makes that
+// instance due at the ack, and the hint was spent on a fetch that found it
+// leased. Otherwise the batch took what was due and it sleeps like an idle
+// loop, until a hint or its poll: the fetch at once found nothing, about
+// one per turn at low load.
 func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := failureBackoff()
@@ -286,7 +313,8 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 		if wait > 0 && !d.sleep(fetchCtx, wait) {
 			return
 		}
-		err := d.fetchAndRun(fetchCtx, turnCtx, n)
+		hints := d.hints.Load()
+		fetched, err := d.fetchAndRun(fetchCtx, turnCtx, n)
 		switch {
 		case errors.Is(err, errNoWork):
 			failures.Reset()
@@ -297,6 +325,9 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 			}
 			wait = failures.NextBackOff()
 			d.log.Warn("dispatch failed", "loop", n, "error", err, "retry_in", wait)
+		case d.cfg.Hinted && fetched < d.cfg.Batch && d.hints.Load() == hints:
+			failures.Reset()
+			wait = d.cfg.MinPoll
 		default:
 			failures.Reset()
 			wait = 0
@@ -307,33 +338,43 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 // errNoWork: a fetch found nothing to do.
 var errNoWork = errors.New("no work")
 
-// fetchAndRun fetches a batch and runs it; n is the loop's number.
-func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) error {
+// fetchAndRun fetches a batch and runs it, and returns how many instances
+// it fetched; n is the loop's number.
+func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (int, error) {
 	// A fetch in flight when a drain's deadline passes runs to its end, and
 	// its turns are then abandoned: cut short, its claim could still commit
 	// in the database after the store let go of what it leased, and the
 	// instances would wait for the leases to run out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(turnCtx), d.cfg.LeaseDuration)
 	defer cancel()
+	// Zombie messages are rare and each look is a statement: one fetch
+	// per ZombieInterval looks, the first to find no work.
+	now, next := time.Now().UnixNano(), d.nextZombieLook.Load()
+	look := now >= next && d.nextZombieLook.CompareAndSwap(next, now+d.cfg.ZombieInterval.Nanoseconds())
 	items, err := d.cfg.Store.FetchOrchestrationItems(ctx, &store.FetchOrchestrationItemsParams{
 		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: d.cfg.TenantID, LeaseDuration: d.cfg.LeaseDuration},
 		Max:                          d.cfg.Batch,
+		SkipZombies:                  !look,
 	})
+	if look && (err != nil || len(items) > 0) {
+		// It did not look: the next fetch to find no work does.
+		d.nextZombieLook.Store(0)
+	}
 	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
+		return 0, fmt.Errorf("fetch: %w", err)
 	}
 	if len(items) == 0 {
 		d.stats.emptyPolls.Add(1)
 		d.stats.loopEmptyPolls[n].Add(1)
 		d.metrics.emptyPolls.Add(fetchCtx, 1)
-		return errNoWork
+		return 0, errNoWork
 	}
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
 	if len(items) == d.cfg.Batch {
 		d.wakeIdle()
 	}
-	return d.runBatch(turnCtx, items)
+	return len(items), d.runBatch(turnCtx, items)
 }
 
 // failureBackoff spaces the attempts after consecutive failures:

@@ -293,7 +293,7 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 		if err != nil {
 			return nil, err
 		}
-		if len(items) == 0 {
+		if len(items) == 0 && !p.SkipZombies {
 			// No work: consume the messages of instances that are gone,
 			// which no claim takes (they have no lease row).
 			consumed, err := s.consumeZombieMessages(ctx, p.TenantID, p.LeaseDuration)

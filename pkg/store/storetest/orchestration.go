@@ -541,8 +541,23 @@ func testZombieMessagesConsumed(t *testing.T, h *harness) {
 	}
 	h.ack(p)
 
+	// A fetch that skips the look leaves them queued; the next that looks
+	// consumes them.
+	usage, ok := h.s.(store.Usage)
+	require.True(t, ok, "the store does not implement store.Usage")
+	queued := func() int64 {
+		u, err := usage.GetUsage(h.ctx(), &store.GetUsageParams{TenantID: tenant})
+		require.NoError(t, err)
+		return u.QueuedMessages
+	}
+	skipping, err := h.s.FetchOrchestrationItems(h.ctx(), &store.FetchOrchestrationItemsParams{
+		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: lease}, SkipZombies: true})
+	require.NoError(t, err)
+	require.Empty(t, skipping)
+	require.Equal(t, int64(2), queued(), "a fetch that skips zombies consumed them")
 	require.Nil(t, h.fetch(tenant))
-	_, err := h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "gone-parent"})
+	require.Equal(t, int64(1), queued(), "the visible zombie is still queued")
+	_, err = h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "gone-parent"})
 	require.ErrorIs(t, err, store.ErrNotFound)
 	// The delayed one is consumed once visible, and the instance id can
 	// then be started cleanly.

@@ -1,0 +1,164 @@
+package dispatcher_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/pkg/notify"
+	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/services/dispatcher"
+)
+
+// zombieLooks counts the looks for a zombie tenant a pool sends.
+type zombieLooks struct{ n atomic.Int64 }
+
+func (z *zombieLooks) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	// The comment of FindZombieTenant (sql/runtime.sql).
+	if strings.Contains(d.SQL, "(it was deleted): a zombie message") {
+		z.n.Add(1)
+	}
+	return ctx
+}
+func (z *zombieLooks) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// syncBuffer is a log destination that handlers write to from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An idle dispatcher looks for zombie messages once per ZombieInterval, not
+// after each empty fetch, and still consumes and logs the zombie it finds.
+func TestZombieLooksAreSpaced(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	// A message of an instance that does not exist: a zombie.
+	_, err := s.pool.Exec(t.Context(), `INSERT INTO orchestrator_queue (tenant_id, instance_id, kind, visible_at, created_at)
+		VALUES ($1, 'gone', 'event_raised', 0, 0)`, tenant)
+	require.NoError(t, err)
+
+	cfg, err := pgxpool.ParseConfig(s.pool.Config().ConnString())
+	require.NoError(t, err)
+	looks := &zombieLooks{}
+	cfg.ConnConfig.Tracer = looks
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	logs := &syncBuffer{}
+	st := crdb.New(pool, crdb.Options{Clock: s.clock, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	d, err := dispatcher.New(dispatcher.Config{Store: st, Loops: 2, MinPoll: time.Millisecond, MaxPoll: time.Millisecond,
+		ZombieInterval: time.Hour, Clock: s.clock, Logger: quiet()})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(t.Context()))
+	testwait.Until(t, time.Minute, "50 empty fetches", func() bool { return d.Stats().EmptyPolls >= 50 })
+	require.NoError(t, d.Stop(t.Context()))
+
+	require.Zero(t, s.rows("orchestrator_queue"), "the zombie is still queued")
+	require.Contains(t, logs.String(), "consumed a message for an instance that does not exist")
+	// The first empty fetch looked: it found the zombie, and looked once
+	// more after consuming it. No other fetch of the hour looked.
+	require.Equal(t, int64(2), looks.n.Load(), "zombie looks in %d empty fetches", d.Stats().EmptyPolls)
+}
+
+const waiterDoc = `
+name: waiter
+version: 1
+steps:
+  - wait_event: { name: go }
+`
+
+// hinted starts a dispatcher whose loops wait an hour between polls: only
+// hints wake them.
+func (s *system) hinted(hints notify.Notifier, loops int) *dispatcher.Dispatcher {
+	s.t.Helper()
+	d, err := dispatcher.New(dispatcher.Config{Store: s.store, Notifier: hints, Hinted: true, Loops: loops,
+		MinPoll: time.Hour, MaxPoll: time.Hour, Clock: s.clock, Logger: quiet()})
+	require.NoError(s.t, err)
+	return d
+}
+
+// With hints, a loop whose batch was not full sleeps until the next hint
+// instead of fetching again at once: the fetch would find nothing.
+func TestAPartialBatchWaitsForAHint(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, waiterDoc)
+	hints := notify.NewLocal()
+	d := s.hinted(hints, 1)
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	orchestrations := notify.Topic{Kind: notify.Orchestrations, TenantID: tenant}
+	const n = 10
+	for i := range n {
+		id := fmt.Sprintf("w%d", i)
+		s.start(id, "waiter", nil, nil)
+		hints.Notify(t.Context(), orchestrations)
+		testwait.Until(t, time.Minute, id+" to wait", func() bool { return d.Stats().Turns == int64(2*i+1) })
+		s.raise(id, "go", nil)
+		hints.Notify(t.Context(), orchestrations)
+		testwait.Until(t, time.Minute, id+" to end", func() bool { return d.Stats().Turns == int64(2*i+2) })
+	}
+	// A hint that comes between a batch and the loop's judgement of it
+	// costs one fetch that finds nothing; a fetch after every batch would
+	// find nothing 2n times, bar the same race.
+	require.Less(t, d.Stats().EmptyPolls, int64(n/2), "empty fetches for %d batches", 2*n)
+}
+
+// A hint that comes while a loop holds an instance's lease is spent on a
+// fetch that finds the instance leased; the loop that holds it fetches
+// again after its ack, and runs the turn the message makes due.
+func TestAHintDuringABatchFetchesAgain(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, waiterDoc)
+	hints := notify.NewLocal()
+	d := s.hinted(hints, 2)
+	inTurn, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
+		once.Do(func() { close(inTurn); <-release })
+	})
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	// Each loop fetches once as it starts, then waits for hints.
+	testwait.Until(t, time.Minute, "the loops' first fetches", func() bool { return d.Stats().EmptyPolls == 2 })
+	orchestrations := notify.Topic{Kind: notify.Orchestrations, TenantID: tenant}
+	s.start("w", "waiter", nil, nil)
+	hints.Notify(t.Context(), orchestrations)
+	<-inTurn
+	s.raise("w", "go", nil)
+	hints.Notify(t.Context(), orchestrations)
+	testwait.Until(t, time.Minute, "the other loop to find the instance leased", func() bool { return d.Stats().EmptyPolls == 3 })
+	close(release)
+	released = true
+	testwait.Until(t, time.Minute, "the instance to end", func() bool { return s.instance("w").Status.Terminal() })
+}
