@@ -27,9 +27,10 @@ func addHintsFlag(f *pflag.FlagSet, mode *string) {
 // hints reach the API (orchard dev with hints on, or --hints postgres): a
 // wait then ends by a hint, and its store polls only stand in for a lost
 // one, so they start at a quarter second instead of the 5 ms that a wait
-// without hints needs to answer soon.
+// without hints needs to answer soon; a WaitForCompletion's, at a second.
 func hintedPolls(cfg *api.Config) {
 	cfg.MinPoll, cfg.MaxPoll = 250*time.Millisecond, time.Second
+	cfg.Hinted = true
 }
 
 // hintedDispatcherPolls sets the idle dispatcher loops' waits for when the

@@ -176,15 +176,15 @@ func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time 
 // pollUntil calls try until it reports done, the deadline passes, the
 // server drains or ctx ends (then ctx's error). Between calls it waits for a
 // hint on wake (see package notify), or at most a jittered wait that
-// doubles from MinPoll to MaxPoll, since a hint may be lost. It reports
+// doubles from first to MaxPoll, since a hint may be lost. It reports
 // whether try was done.
 //
 // A try that fails because the caller's deadline passed during it, after
 // an earlier try answered, ends the poll as not done: the deadline ends a
 // long poll like its own wait does, and the caller gets what the earlier
 // try found rather than an error.
-func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan struct{}, try func() (bool, error)) (bool, error) {
-	waits := &backoff.ExponentialBackOff{InitialInterval: s.cfg.MinPoll, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
+func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan struct{}, first time.Duration, try func() (bool, error)) (bool, error) {
+	waits := &backoff.ExponentialBackOff{InitialInterval: first, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)
 	for tried := false; ; tried = true {
@@ -220,7 +220,13 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 	var in *store.Instance
 	sub := c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenantOf(ctx).TenantID, Key: req.Msg.InstanceId})
 	defer sub.Close()
-	done, err := c.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
+	// The end comes with a hint when hints reach the API: the polls are
+	// for a lost one.
+	first := c.s.cfg.MinPoll
+	if c.s.cfg.Hinted {
+		first = c.s.cfg.MaxPoll
+	}
+	done, err := c.s.pollUntil(ctx, deadline, sub.C, first, func() (bool, error) {
 		got, err := c.getInstance(ctx, req.Msg.InstanceId)
 		if err != nil {
 			return false, err

@@ -80,3 +80,48 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the wait looked once, on the hint")
 	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
 }
+
+// With hints reaching the API (Hinted), WaitForCompletion reads its
+// instance when it starts and when the hint of its end comes: its polls,
+// for a lost hint, are MaxPoll apart, not doubling from MinPoll (counted,
+// not timed: MinPoll is a millisecond, MaxPoll an hour).
+func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
+	t.Parallel()
+	hints := notify.NewLocal()
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Hinted, c.MinPoll, c.MaxPoll = hints, true, time.Millisecond, time.Hour
+	})
+	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.Len(t, task.Msg.Tasks, 1)
+
+	queriesBefore := e.API.LongPollQueries()
+	type waited struct {
+		res *connect.Response[orchardv1.WaitForCompletionResponse]
+		err error
+	}
+	waits := make(chan waited, 1)
+	go func() {
+		res, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+		waits <- waited{res, err}
+	}()
+	testwait.Until(t, 30*time.Second, "WaitForCompletion to read the running instance", func() bool {
+		return e.API.LongPollQueries()-queriesBefore == 1
+	})
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: task.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
+	require.NoError(t, err)
+	var w waited
+	select {
+	case w = <-waits:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the instance's end did not reach WaitForCompletion")
+	}
+	require.NoError(t, w.err)
+	require.True(t, w.res.Msg.Done)
+	require.Equal(t, int64(2), e.API.LongPollQueries()-queriesBefore, "reads: one at the start, one on the hint")
+}

@@ -87,6 +87,12 @@ type Config struct {
 	// of scheduled tasks and ended instances. Share one with the
 	// dispatchers of this process (default: none, every wait polls).
 	Notifier notify.Notifier
+	// Hinted says that the dispatchers' hints reach Notifier: they run in
+	// this process, or hints cross processes. A WaitForCompletion then
+	// reads its instance when it starts and on the hint of its end, and
+	// polls only every MaxPoll, for a lost hint, instead of doubling from
+	// MinPoll.
+	Hinted bool
 	// Console, when set, is served at /console/ beside the API: the web
 	// console (services/console), whose pages call this API like any
 	// client. Nil: no console.

@@ -35,7 +35,7 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 	defer sub.Close()
 	// Whatever the first query that finds tasks leases is the answer: a
 	// poll does not wait to fill its batch.
-	_, err := w.s.pollUntil(ctx, deadline, sub.C, func() (bool, error) {
+	_, err := w.s.pollUntil(ctx, deadline, sub.C, w.s.cfg.MinPoll, func() (bool, error) {
 		var err error
 		items, err = w.s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{
 			TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease, Max: int(m.GetMaxTasks()),
