@@ -132,16 +132,22 @@ func (l *Local) unsubscribe(s *Subscription) {
 	select {
 	case <-s.c:
 		if s.topic.Kind != Ended {
-			l.deliverLocked(s.topic, 1)
+			_ = l.deliverLocked(s.topic, 1)
 		}
 	default:
 	}
 }
 
 // Notify delivers hints to this process's subscribers.
-func (l *Local) Notify(_ context.Context, topics ...Topic) {
+func (l *Local) Notify(_ context.Context, topics ...Topic) { l.deliver(topics) }
+
+// deliver delivers hints to this process's subscribers, and returns those
+// that woke none of them, which other processes' waiters may want: a hint
+// of an Ended topic always (it wakes every waiter of the instance), and of
+// the other kinds each one that found no idle subscriber of its topic.
+func (l *Local) deliver(topics []Topic) (unheard []Topic) {
 	if len(topics) == 0 {
-		return
+		return nil
 	}
 	counts := make(map[Topic]int, len(topics))
 	for _, t := range topics {
@@ -150,32 +156,43 @@ func (l *Local) Notify(_ context.Context, topics ...Topic) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, n := range counts {
-		l.deliverLocked(t, n)
+		left := l.deliverLocked(t, n)
 		if t.TenantID != "" || t.Key != "" {
-			l.deliverLocked(t.wildcard(), n)
+			left = min(left, l.deliverLocked(t.wildcard(), n))
+		}
+		if t.Kind == Ended {
+			left = n
+		}
+		for range left {
+			unheard = append(unheard, t)
 		}
 	}
+	return unheard
 }
 
-// deliverLocked wakes n idle subscribers of t (every one, for Ended).
-func (l *Local) deliverLocked(t Topic, n int) {
+// deliverLocked wakes n idle subscribers of t (every one, for Ended), and
+// returns how many of the n it found none for.
+func (l *Local) deliverLocked(t Topic, n int) int {
 	subs := l.subs[t]
 	if len(subs) == 0 {
-		return
+		return n
 	}
+	want := n
 	if t.Kind == Ended {
-		n = len(subs)
+		want = len(subs)
 	}
 	start := l.next[t]
-	for i := 0; i < len(subs) && n > 0; i++ {
+	for i := 0; i < len(subs) && want > 0; i++ {
 		s := subs[(start+i)%len(subs)]
 		select {
 		case s.c <- struct{}{}:
+			want--
 			n--
 		default: // already woken: it will look anyway
 		}
 	}
 	l.next[t] = (start + 1) % len(subs)
+	return max(n, 0)
 }
 
 // Subscribers is the number of subscriptions open, for tests and metrics.

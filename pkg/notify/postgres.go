@@ -25,10 +25,11 @@ const Channel = "orchard_hints"
 // every hint it loses (a full buffer, a dropped connection) costs a poll
 // interval, never a task.
 //
-// Notify delivers in this process at once and queues the hint for the
-// other processes; one goroutine sends the queued hints in batches (one
-// statement per batch), another listens on its own connection and
-// delivers what other processes sent.
+// Notify delivers in this process at once and queues for the other
+// processes the hints that woke no one here (and every Ended hint), so
+// that a hint wakes one waiter, not one in each process; one goroutine
+// sends the queued hints in batches (one statement per batch), another
+// listens on its own connection and delivers what other processes sent.
 type Postgres struct {
 	*Local
 	pool   *pgxpool.Pool
@@ -77,10 +78,10 @@ func listen(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// Notify delivers the hints in this process and queues them for the others.
-func (p *Postgres) Notify(ctx context.Context, topics ...Topic) {
-	p.Local.Notify(ctx, topics...)
-	for _, t := range topics {
+// Notify delivers the hints in this process and queues for the others
+// those that woke no one here.
+func (p *Postgres) Notify(_ context.Context, topics ...Topic) {
+	for _, t := range p.Local.deliver(topics) {
 		select {
 		case p.out <- t:
 		default: // a hint, not a promise

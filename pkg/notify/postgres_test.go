@@ -23,7 +23,8 @@ func receive(t *testing.T, s *Subscription, what string) {
 }
 
 // Two processes' notifiers on one database: a hint sent in one reaches the
-// subscribers of the other, and its own at once, once.
+// subscribers of the other, and its own at once, once; the hints its own
+// subscribers took stay in it.
 func TestPostgresCarriesHintsBetweenProcesses(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, 4)
@@ -42,11 +43,42 @@ func TestPostgresCarriesHintsBetweenProcesses(t *testing.T) {
 	api.Notify(context.Background(), Topic{Kind: Orchestrations, TenantID: "a"})
 	receive(t, work, "the start reached the other process's dispatcher")
 
-	disp.Notify(context.Background(), q, q)
+	disp.Notify(context.Background(), q, q, q, q)
 	require.Equal(t, []bool{true, true}, woken(remote1, remote2), "in its own process at once")
-	receive(t, poll1, "two tasks: the first poller of the other process")
-	receive(t, poll2, "two tasks: the second poller of the other process")
+	receive(t, poll1, "four tasks: the first poller of the other process")
+	receive(t, poll2, "four tasks: the second poller of the other process")
 	require.Equal(t, []bool{false, false}, woken(remote1, remote2), "its own hints do not come back")
+}
+
+// A hint that woke a waiter in its own process is not sent to the others:
+// n hints wake about n waiters, not n in each process. Ended hints go to
+// every process, since they wake every waiter of the instance.
+func TestPostgresSendsOnlyTheHintsNoOneHereHeard(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 4)
+	open := func() *Postgres {
+		p, err := NewPostgres(t.Context(), pool, nil)
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		return p
+	}
+	here, there := open(), open()
+	q := Topic{Kind: Tasks, TenantID: "a", Key: "q"}
+	poll, remote := here.Subscribe(q), there.Subscribe(q)
+	ended := Topic{Kind: Ended, TenantID: "a", Key: "i"}
+	waitHere, waitThere := here.Subscribe(ended), there.Subscribe(ended)
+
+	here.Notify(context.Background(), q)
+	require.Equal(t, []bool{true}, woken(poll), "one task: the poller of its own process")
+	// Sent after the task's hint, so heard after it, had it been sent.
+	here.Notify(context.Background(), ended)
+	require.Equal(t, []bool{true}, woken(waitHere))
+	receive(t, waitThere, "an end reaches the other process's waiters too")
+	require.Equal(t, []bool{false}, woken(remote), "a task taken here woke the other process's poller too")
+
+	here.Notify(context.Background(), q, q)
+	require.Equal(t, []bool{true}, woken(poll))
+	receive(t, remote, "two tasks: the one no poller here took")
 }
 
 func TestPostgresPayloads(t *testing.T) {
