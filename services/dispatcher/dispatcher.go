@@ -298,14 +298,16 @@ func (d *Dispatcher) Stats() Stats {
 // loop fetches and runs batches until fetchCtx ends. Turns run under
 // turnCtx, so that a drain lets them finish.
 //
-// A loop that ran a full batch fetches again at once: more may wait. After
-// a batch that was not full, it fetches again at once only when not every
-// message comes with a hint (Config.Hinted), or when a hint came while it held the batch's leases: a message queued
-// for one of its instances then (an event, an activity's result) makes that
-// instance due at the ack, and the hint was spent on a fetch that found it
-// leased. Otherwise the batch took what was due and it sleeps like an idle
-// loop, until a hint or its poll: the fetch at once found nothing, about
-// one per turn at low load.
+// A loop that ran a full batch fetches again at once: more may wait. So
+// does one whose batch held a delayed message (a timer's), which came with
+// no hint: others may be due, of other tenants. After another batch that
+// was not full, it fetches again at once only when not every message comes
+// with a hint (Config.Hinted), or when a hint came while it held the
+// batch's leases: a message queued for one of its instances then (an
+// event, an activity's result) makes that instance due at the ack, and the
+// hint was spent on a fetch that found it leased. Otherwise the batch took
+// what was hinted and it sleeps like an idle loop, until a hint or its
+// poll: the fetch at once found nothing, about one per turn at low load.
 func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := failureBackoff()
@@ -314,7 +316,7 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 			return
 		}
 		hints := d.hints.Load()
-		fetched, err := d.fetchAndRun(fetchCtx, turnCtx, n)
+		more, err := d.fetchAndRun(fetchCtx, turnCtx, n)
 		switch {
 		case errors.Is(err, errNoWork):
 			failures.Reset()
@@ -325,7 +327,7 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 			}
 			wait = failures.NextBackOff()
 			d.log.Warn("dispatch failed", "loop", n, "error", err, "retry_in", wait)
-		case d.cfg.Hinted && fetched < d.cfg.Batch && d.hints.Load() == hints:
+		case d.cfg.Hinted && !more && d.hints.Load() == hints:
 			failures.Reset()
 			wait = d.cfg.MinPoll
 		default:
@@ -338,9 +340,10 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 // errNoWork: a fetch found nothing to do.
 var errNoWork = errors.New("no work")
 
-// fetchAndRun fetches a batch and runs it, and returns how many instances
-// it fetched; n is the loop's number.
-func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (int, error) {
+// fetchAndRun fetches a batch and runs it, and reports whether more work
+// may wait that no hint announces: the batch was full, or held a delayed
+// message. n is the loop's number.
+func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool, error) {
 	// A fetch in flight when a drain's deadline passes runs to its end, and
 	// its turns are then abandoned: cut short, its claim could still commit
 	// in the database after the store let go of what it leased, and the
@@ -361,20 +364,26 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (int,
 		d.nextZombieLook.Store(0)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("fetch: %w", err)
+		return false, fmt.Errorf("fetch: %w", err)
 	}
 	if len(items) == 0 {
 		d.stats.emptyPolls.Add(1)
 		d.stats.loopEmptyPolls[n].Add(1)
 		d.metrics.emptyPolls.Add(fetchCtx, 1)
-		return 0, errNoWork
+		return false, errNoWork
 	}
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
-	if len(items) == d.cfg.Batch {
+	more := len(items) == d.cfg.Batch
+	if more {
 		d.wakeIdle()
 	}
-	return len(items), d.runBatch(turnCtx, items)
+	for _, it := range items {
+		for _, m := range it.Messages {
+			more = more || m.VisibleAt.After(m.CreatedAt)
+		}
+	}
+	return more, d.runBatch(turnCtx, items)
 }
 
 // failureBackoff spaces the attempts after consecutive failures:

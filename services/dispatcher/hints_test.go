@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testwait"
+	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
@@ -161,4 +162,45 @@ func TestAHintDuringABatchFetchesAgain(t *testing.T) {
 	close(release)
 	released = true
 	testwait.Until(t, time.Minute, "the instance to end", func() bool { return s.instance("w").Status.Terminal() })
+}
+
+// Timers come with no hint: a loop whose batch held one fetches again at
+// once, for the timers of other tenants due with it, though its batch was
+// not full and no hint came.
+func TestATimersBatchFetchesAgain(t *testing.T) {
+	t.Parallel()
+	const doc = `
+name: sleeper
+version: 1
+steps:
+  - timer: 1m
+`
+	s := newSystem(t, doc)
+	const other = "bravo"
+	require.NoError(t, s.store.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: other}))
+	def := s.register(doc)
+	_, err := s.store.RegisterDefinition(t.Context(), &store.RegisterDefinitionParams{
+		TenantID: other, Name: def.Name, Version: def.Version, Document: def.Document()})
+	require.NoError(t, err)
+	hints := notify.NewLocal()
+	d := s.hinted(hints, 1)
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	orchestrations := notify.Topic{Kind: notify.Orchestrations}
+	s.start("a", "sleeper", nil, nil)
+	hints.Notify(t.Context(), orchestrations)
+	testwait.Until(t, time.Minute, "a's timer", func() bool { return d.Stats().Turns == 1 })
+	kind, payload, err := engine.EncodeMessage(engine.StartMessage{})
+	require.NoError(t, err)
+	_, err = s.store.StartOrchestration(t.Context(), &store.StartOrchestrationParams{
+		TenantID: other, InstanceID: "b", Name: def.Name, Version: def.Version, Start: store.Message{Kind: kind, Payload: payload}})
+	require.NoError(t, err)
+	hints.Notify(t.Context(), orchestrations)
+	testwait.Until(t, time.Minute, "b's timer", func() bool { return d.Stats().Turns == 2 })
+
+	// Both timers are due; one hint wakes the loop, whose fetch takes one
+	// tenant's.
+	s.clock.Advance(time.Minute)
+	hints.Notify(t.Context(), orchestrations)
+	testwait.Until(t, time.Minute, "both timers' turns", func() bool { return d.Stats().Turns == 4 })
 }
