@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testsystem"
 )
 
@@ -45,7 +46,7 @@ func TestCLITour(t *testing.T) {
 	addr, ops := freeAddr(t), freeAddr(t)
 
 	dev := exec.Command(bin, "dev", "--demo", "--dir", dir, "--listen", addr, "--ops-addr", ops)
-	devOut := &syncBuffer{}
+	devOut := &testlog.Buffer{}
 	devStdout, err := dev.StdoutPipe()
 	require.NoError(t, err)
 	dev.Stderr = devOut
@@ -223,22 +224,4 @@ func postmasterPid(t *testing.T, dir string) int {
 	pid, err := strconv.Atoi(strings.TrimSpace(line))
 	require.NoError(t, err)
 	return pid
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

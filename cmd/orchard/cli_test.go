@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -105,7 +106,7 @@ func (s *cliSystem) runIn(t *testing.T, token, stdin string, args ...string) res
 	// stderr, and the tests run commands in parallel in this process: a
 	// server command of another test (the dispatcher's, say) may log into
 	// this buffer while the command runs, or after it ended.
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(strings.NewReader(stdin))

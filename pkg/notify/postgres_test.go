@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -28,13 +29,7 @@ func receive(t *testing.T, s *Subscription, what string) {
 func TestPostgresCarriesHintsBetweenProcesses(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, 4)
-	open := func() *Postgres {
-		p, err := NewPostgres(t.Context(), pool, nil)
-		require.NoError(t, err)
-		t.Cleanup(p.Close)
-		return p
-	}
-	api, disp := open(), open()
+	api, disp := openPostgres(t, pool), openPostgres(t, pool)
 	work := disp.Subscribe(Topic{Kind: Orchestrations})
 	q := Topic{Kind: Tasks, TenantID: "a", Key: "q|1"}
 	poll1, poll2 := api.Subscribe(q), api.Subscribe(q)
@@ -56,13 +51,7 @@ func TestPostgresCarriesHintsBetweenProcesses(t *testing.T) {
 func TestPostgresSendsOnlyTheHintsNoOneHereHeard(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t, 4)
-	open := func() *Postgres {
-		p, err := NewPostgres(t.Context(), pool, nil)
-		require.NoError(t, err)
-		t.Cleanup(p.Close)
-		return p
-	}
-	here, there := open(), open()
+	here, there := openPostgres(t, pool), openPostgres(t, pool)
 	q := Topic{Kind: Tasks, TenantID: "a", Key: "q"}
 	poll, remote := here.Subscribe(q), there.Subscribe(q)
 	ended := Topic{Kind: Ended, TenantID: "a", Key: "i"}
@@ -96,4 +85,12 @@ func TestPostgresPayloads(t *testing.T) {
 		_, _, ok := p.parsePayload(bad)
 		require.False(t, ok, bad)
 	}
+}
+
+// openPostgres is one process's notifier on pool, closed when the test ends.
+func openPostgres(t *testing.T, pool *pgxpool.Pool) *Postgres {
+	p, err := NewPostgres(t.Context(), pool, nil)
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
 }

@@ -1,7 +1,6 @@
 package sdk_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,29 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 )
-
-// syncBuffer is a log sink that goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A database restart (a fast shutdown: sessions end with 57P01, then
 // connections are refused until it is back) under a worker with tasks in
@@ -45,7 +27,7 @@ func (s *syncBuffer) String() string {
 func TestDatabaseRestartUnderAWorker(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewRestartable(t)
-	var requests syncBuffer
+	var requests testlog.Buffer
 	s := newSystemWith(t, testsystem.Options{Pool: db.Pool(20)}, func(_ *testsystem.System, cfg *api.Config) {
 		// The request log: one line per call, with its code.
 		cfg.Logger = slog.New(slog.NewTextHandler(&requests, &slog.HandlerOptions{Level: slog.LevelDebug}))

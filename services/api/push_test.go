@@ -31,52 +31,28 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
 	ctx := t.Context()
 
-	type polled struct {
-		res *connect.Response[orchardv1.PollActivityTaskResponse]
-		err error
-	}
-	polls := make(chan polled, 1)
-	go func() {
-		res, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
-		polls <- polled{res, err}
-	}()
+	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+		return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	})
 	testwait.Until(t, 30*time.Second, "the worker's poll to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
 	queriesBefore := e.API.LongPollQueries()
 
 	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
 	require.NoError(t, err)
-	var p polled
-	select {
-	case p = <-polls:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the scheduled task did not reach the waiting poll")
-	}
-	require.NoError(t, p.err)
-	require.Len(t, p.res.Msg.Tasks, 1, "the poll answered without the task")
+	p := poll("the scheduled task did not reach the waiting poll")
+	require.Len(t, p.Msg.Tasks, 1, "the poll answered without the task")
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the poll looked once, on the hint")
 
-	type waited struct {
-		res *connect.Response[orchardv1.WaitForCompletionResponse]
-		err error
-	}
-	waits := make(chan waited, 1)
-	go func() {
-		res, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
-		waits <- waited{res, err}
-	}()
+	wait := inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+		return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+	})
 	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
 	queriesBefore = e.API.LongPollQueries()
-	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.res.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
 	require.NoError(t, err)
-	var w waited
-	select {
-	case w = <-waits:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the instance's end did not reach WaitForCompletion")
-	}
-	require.NoError(t, w.err)
-	require.True(t, w.res.Msg.Done)
-	require.Equal(t, `8`, string(w.res.Msg.Instance.Output))
+	w := wait("the instance's end did not reach WaitForCompletion")
+	require.True(t, w.Msg.Done)
+	require.Equal(t, `8`, string(w.Msg.Instance.Output))
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(1), "the wait looked once, on the hint")
 	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
 }
@@ -101,29 +77,43 @@ func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
 	require.Len(t, task.Msg.Tasks, 1)
 
 	queriesBefore := e.API.LongPollQueries()
-	type waited struct {
-		res *connect.Response[orchardv1.WaitForCompletionResponse]
-		err error
-	}
-	waits := make(chan waited, 1)
-	go func() {
-		res, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
-		waits <- waited{res, err}
-	}()
+	wait := inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+		return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+	})
 	testwait.Until(t, 30*time.Second, "WaitForCompletion to read the instance", func() bool {
 		return e.API.LongPollQueries()-queriesBefore == 1
 	})
 	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: task.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
 	require.NoError(t, err)
-	var w waited
-	select {
-	case w = <-waits:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the instance's end did not reach WaitForCompletion")
-	}
-	require.NoError(t, w.err)
-	require.True(t, w.res.Msg.Done)
+	w := wait("the instance's end did not reach WaitForCompletion")
+	require.True(t, w.Msg.Done)
 	// The first read may come after the end (the count goes up as it
 	// starts), and then it is the only one.
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(2), "reads: one at the start, one on the hint")
+}
+
+// inBackground starts call on a goroutine of its own and returns a function
+// that waits for its answer, failing the test with what when none comes
+// within 30 seconds.
+func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)) func(what string) *connect.Response[T] {
+	type answer struct {
+		res *connect.Response[T]
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		res, err := call()
+		answers <- answer{res, err}
+	}()
+	return func(what string) *connect.Response[T] {
+		t.Helper()
+		select {
+		case a := <-answers:
+			require.NoError(t, a.err)
+			return a.res
+		case <-time.After(30 * time.Second):
+			t.Fatal(what)
+			return nil
+		}
+	}
 }

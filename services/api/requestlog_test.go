@@ -4,36 +4,23 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
 	"github.com/orchardhq/orchard/services/api"
 )
 
-// lockedBuffer is a log sink the server's goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines decodes the JSON lines of a log.
+func logLines(t *testing.T, log *testlog.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+	for _, line := range bytes.Split(bytes.TrimSpace(log.Bytes()), []byte("\n")) {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(line, &m))
 		out = append(out, m)
@@ -45,7 +32,7 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 // procedure, tenant, code, duration and trace id), at debug for a success.
 func TestRequestLog(t *testing.T) {
 	t.Parallel()
-	sink := &lockedBuffer{}
+	sink := &testlog.Buffer{}
 	e := newEnv(t, func(c *api.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.TracerProvider = sdktrace.NewTracerProvider()
@@ -58,7 +45,7 @@ func TestRequestLog(t *testing.T) {
 	require.NoError(t, err)
 
 	var calls []map[string]any
-	for _, l := range sink.lines(t) {
+	for _, l := range logLines(t, sink) {
 		if l["msg"] == "api: call" {
 			calls = append(calls, l)
 		}
@@ -78,7 +65,7 @@ func TestRequestLog(t *testing.T) {
 // refusal, hundreds a second.
 func TestRequestLogRateRefusalsAtDebug(t *testing.T) {
 	t.Parallel()
-	sink := &lockedBuffer{}
+	sink := &testlog.Buffer{}
 	e := newEnv(t, func(c *api.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -90,7 +77,7 @@ func TestRequestLogRateRefusalsAtDebug(t *testing.T) {
 	requireCode(t, err, connect.CodeResourceExhausted, "requests")
 
 	var refused []map[string]any
-	for _, l := range sink.lines(t) {
+	for _, l := range logLines(t, sink) {
 		if l["msg"] == "api: call" && l["code"] == "resource_exhausted" {
 			refused = append(refused, l)
 		}

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/engine"
 	"github.com/orchardhq/orchard/pkg/notify"
@@ -35,24 +35,6 @@ func (z *zombieLooks) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 }
 func (z *zombieLooks) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// syncBuffer is a log destination that handlers write to from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // An idle dispatcher looks for zombie messages once per ZombieInterval, not
 // after each empty fetch, and still consumes and logs the zombie it finds.
 func TestZombieLooksAreSpaced(t *testing.T) {
@@ -70,7 +52,7 @@ func TestZombieLooksAreSpaced(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	st := crdb.New(pool, crdb.Options{Clock: s.clock, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	d, err := dispatcher.New(dispatcher.Config{Store: st, Loops: 2, MinPoll: time.Millisecond, MaxPoll: time.Millisecond,
 		ZombieInterval: time.Hour, Clock: s.clock, Logger: quiet()})
