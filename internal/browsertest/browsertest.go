@@ -219,10 +219,11 @@ func (p *Page) RequireNoProblems(allowed ...string) {
 // in one evaluation, or retry an action that found its node gone (which it
 // then had not acted on).
 
-// visibleText is a JavaScript function of a selector and a wanted substring:
+// visibleText is a JavaScript function of a selector, a wanted text and
+// whether that must be the whole (trimmed) text or may be a part of it: the
 // [innerText] of the first matching node when it is visible and its text
-// contains the substring, else false (an array, since an empty text must
-// end the wait too). chromedp.Text reads innerText as well.
+// matches, else false (an array, since an empty text must end the wait too).
+// chromedp.Text reads innerText as well.
 const visibleText = `(sel, want, whole) => {
 	const n = document.querySelector(sel);
 	if (n === null || !(n.offsetWidth || n.offsetHeight || n.getClientRects().length)) return false;
