@@ -531,6 +531,70 @@ func TestGracefulDeleteCutShortResumes(t *testing.T) {
 	e.requireConsistent("acme")
 }
 
+// TestGracefulDeleteRefusedFails: an operation the store refuses fails at
+// once, in its first attempt, with the store's reason, instead of being
+// retried by River with the same answer until it gives up; and when the
+// refusal comes after some roots went, the audit record ends with the
+// error and counts what went.
+func TestGracefulDeleteRefusedFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.generate(datagen.Spec{Tenants: []string{"acme"}, InstancesPerTenant: 4, Trees: 1, ChildrenPerTree: 1, EventsPerExecution: 2, Completed: 1, Seed: 5})
+	var root, child string
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT instance_id FROM instances WHERE tenant_id = 'acme' AND parent_instance_id IS NULL
+		AND instance_id NOT IN (SELECT root_instance_id FROM instances WHERE parent_instance_id IS NOT NULL) LIMIT 1`).Scan(&root))
+	require.NoError(t, e.pool.QueryRow(ctx, `SELECT instance_id FROM instances WHERE tenant_id = 'acme' AND parent_instance_id IS NOT NULL`).Scan(&child))
+	tooMany := make([]string, store.MaxFilterIDs+1)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("missing-%d", i)
+	}
+	for id, ids := range map[string][]string{"too-many": tooMany, "child": {root, child}} {
+		req, err := json.Marshal(janitor.GracefulDelete{InstanceIDs: ids, Actor: "me", Role: "client"})
+		require.NoError(t, err)
+		require.NoError(t, e.store.CreateOperation(ctx, &store.Operation{TenantID: "acme", OperationID: id, Kind: store.OperationGracefulDelete,
+			Request: req, Deadline: e.now.Add(time.Hour)}))
+	}
+	j := e.start(nil)
+	require.NoError(t, j.Queue().RunOperation(ctx, "acme", "too-many"))
+	require.NoError(t, j.Queue().RunOperation(ctx, "acme", "child"))
+	ended := func(id string) *store.Operation {
+		var op *store.Operation
+		testwait.Until(t, time.Minute, "operation "+id+" ends", func() bool {
+			var err error
+			op, err = e.store.GetOperation(ctx, &store.GetOperationParams{TenantID: "acme", OperationID: id})
+			require.NoError(t, err)
+			return op.State != store.OperationPending && op.State != store.OperationRunning
+		})
+		return op
+	}
+
+	op := ended("too-many")
+	require.Equal(t, store.OperationFailed, op.State)
+	require.Contains(t, op.Error, "at most 1000 roots")
+	op = ended("child")
+	require.Equal(t, store.OperationFailed, op.State)
+	require.Contains(t, op.Error, store.ErrSubOrchestration.Error())
+	testwait.Until(t, time.Minute, "the jobs complete", func() bool {
+		var done int
+		require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM `+janitor.DefaultSchema+`.river_job WHERE kind = 'orchard.operation' AND state = 'completed'`).Scan(&done))
+		return done == 2
+	})
+	rows, err := e.pool.Query(ctx, `SELECT attempt FROM `+janitor.DefaultSchema+`.river_job WHERE kind = 'orchard.operation'`)
+	require.NoError(t, err)
+	attempts, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, attempts, "a refusal is not retried")
+
+	recs := e.audit("acme", store.AuditGracefulDelete)
+	require.Len(t, recs, 1, "only the second operation began deleting")
+	require.False(t, recs[0].FinishedAt.IsZero(), "the record of a failed operation ends")
+	require.Contains(t, recs[0].Error, store.ErrSubOrchestration.Error())
+	require.False(t, recs[0].Result.Complete)
+	require.Equal(t, int64(1), recs[0].Result.Instances, "the root deleted before the refusal")
+	e.requireConsistent("acme")
+}
+
 // TestEraseTenant: every row of the tenant goes, in every table of the
 // schema (read from the catalog, so a new table cannot be forgotten),
 // except one tombstone audit record; other tenants are untouched.

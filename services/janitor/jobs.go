@@ -370,6 +370,19 @@ func (j *Janitor) operation(ctx context.Context, job *river.Job[operationArgs]) 
 	if op.Kind != store.OperationGracefulDelete {
 		return j.failOperation(ctx, op, fmt.Errorf("unknown operation kind %q", op.Kind))
 	}
+	err = j.gracefulDelete(ctx, op)
+	if errors.Is(err, store.ErrInvalidArgument) || errors.Is(err, store.ErrSubOrchestration) || errors.Is(err, store.ErrInstanceRunning) {
+		// Retrying cannot change the answer: a request the store refuses, a
+		// root that is not one, or one started again under the same id
+		// since. Fail rather than retry, or widen what was asked.
+		return j.failOperation(ctx, op, err)
+	}
+	return err
+}
+
+// gracefulDelete runs a graceful delete from where its operation row says
+// it is: it snoozes (river.JobSnooze) until the trees are terminal.
+func (j *Janitor) gracefulDelete(ctx context.Context, op *store.Operation) error {
 	var req GracefulDelete
 	if err := json.Unmarshal(op.Request, &req); err != nil {
 		return j.failOperation(ctx, op, fmt.Errorf("operation request: %w", err))
@@ -399,7 +412,7 @@ func (j *Janitor) operation(ctx context.Context, job *river.Job[operationArgs]) 
 		}
 	}
 	audit := &store.AuditRecord{
-		TenantID: tenantID, RecordID: "operation-" + op.OperationID, Actor: req.Actor, Role: req.Role,
+		TenantID: tenantID, RecordID: operationRecordID(op), Actor: req.Actor, Role: req.Role,
 		Action: store.AuditGracefulDelete, Request: op.Request,
 	}
 	if err := j.cfg.Store.StartAudit(ctx, audit); err != nil {
@@ -416,11 +429,6 @@ func (j *Janitor) operation(ctx context.Context, job *river.Job[operationArgs]) 
 			return err
 		}
 		if err := j.deleteRoot(ctx, op, audit.RecordID, id, &res); err != nil {
-			if errors.Is(err, store.ErrSubOrchestration) || errors.Is(err, store.ErrInstanceRunning) {
-				// Started again under the same id since, or not a root:
-				// refuse rather than widen what was asked.
-				return j.failOperation(ctx, op, err)
-			}
 			return err
 		}
 	}
@@ -460,13 +468,19 @@ func (j *Janitor) deleteRoot(ctx context.Context, op *store.Operation, recordID,
 	return j.cfg.Store.UpdateOperation(bctx, op)
 }
 
+// failOperation ends an operation that cannot succeed, and its audit record
+// if its deletes had begun (the record keeps what they removed).
 func (j *Janitor) failOperation(ctx context.Context, op *store.Operation, cause error) error {
+	ctx = context.WithoutCancel(ctx)
 	op.State, op.Error = store.OperationFailed, cause.Error()
-	if err := j.cfg.Store.UpdateOperation(context.WithoutCancel(ctx), op); err != nil {
+	if err := j.cfg.Store.UpdateOperation(ctx, op); err != nil {
 		return err
 	}
-	return nil
+	return j.cfg.Store.FinishAudit(ctx, &store.AuditRecord{TenantID: op.TenantID, RecordID: operationRecordID(op),
+		FinishedAt: j.cfg.Clock.Now(), Error: op.Error})
 }
+
+func operationRecordID(op *store.Operation) string { return "operation-" + op.OperationID }
 
 // cancel asks a running root to cancel (its tree follows); a terminal or
 // missing one is left alone.
