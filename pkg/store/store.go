@@ -418,6 +418,11 @@ type ActivityTask struct {
 	// TraceContext is the W3C traceparent of the turn's span (at most 64
 	// bytes; empty for none): the worker continues it.
 	TraceContext string
+	// Lease, when set, inserts the task leased already, with this ID,
+	// Token and ExpiresAt (the turn's tenant): the ack hands the task to a
+	// poll of its process that waits for the task queue (notify.Handoff),
+	// which then needs no claim of its own. Only for a task due now.
+	Lease *WorkLease
 }
 
 // AbandonOrchestrationItemParams releases a lease.

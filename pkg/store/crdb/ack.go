@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orchardhq/orchard/pkg/store"
@@ -156,6 +157,9 @@ func validateAck(p *store.AckOrchestrationItemParams) error {
 		if err := checkTraceContext(a.TraceContext); err != nil {
 			return err
 		}
+		if l := a.Lease; l != nil && (a.Delay != 0 || l.ExpiresAt.IsZero() || !validToken(l.ID, l.Token)) {
+			return invalid("a task inserted leased needs no delay, an expiry, and a lease id and token that are UUIDs")
+		}
 	}
 	return nil
 }
@@ -190,6 +194,10 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			executionID, activityID, attempt, delay int64
 			name, taskQueue, traceContext           string
 			input                                   []byte
+			// id, leaseToken and leasedUntil: a task inserted leased
+			// (ActivityTask.Lease); else a new id, no token, 0.
+			id, leaseToken string
+			leasedUntil    int64
 		}
 		messageRow struct {
 			source, target, kind string
@@ -235,9 +243,13 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			withdraws = append(withdraws, withdrawRow{id, m.Kind, m.Payload})
 		}
 		for _, a := range t.Activities {
-			tasks = append(tasks, taskRow{instanceID: id, executionID: exec, activityID: a.ActivityID,
+			row := taskRow{instanceID: id, executionID: exec, activityID: a.ActivityID,
 				attempt: int64(max(a.Attempt, 1)), delay: a.Delay.Milliseconds(), name: a.Name, taskQueue: a.TaskQueue, input: a.Input,
-				traceContext: a.TraceContext})
+				traceContext: a.TraceContext, id: uuid.NewString()}
+			if l := a.Lease; l != nil {
+				row.id, row.leaseToken, row.leasedUntil = l.ID, l.Token, l.ExpiresAt.UnixMilli()
+			}
+			tasks = append(tasks, row)
 		}
 		for _, m := range t.Messages {
 			messages = append(messages, messageRow{source: id, target: m.InstanceID, kind: m.Message.Kind,
@@ -301,6 +313,9 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			"task_attempts":         column(tasks, func(r taskRow) int64 { return r.attempt }),
 			"task_delays":           column(tasks, func(r taskRow) int64 { return r.delay }),
 			"task_trace_contexts":   column(tasks, func(r taskRow) string { return r.traceContext }),
+			"task_ids":              column(tasks, func(r taskRow) string { return r.id }),
+			"task_lease_tokens":     column(tasks, func(r taskRow) string { return r.leaseToken }),
+			"task_leased_until":     column(tasks, func(r taskRow) int64 { return r.leasedUntil }),
 			"message_sources":       column(messages, func(r messageRow) string { return r.source }),
 			"message_targets":       column(messages, func(r messageRow) string { return r.target }),
 			"message_execution_ids": column(messages, func(r messageRow) int64 { return r.executionID }),

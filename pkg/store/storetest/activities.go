@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/pkg/store"
@@ -73,6 +74,61 @@ func testWorkItemAbandonAndExpiry(t *testing.T, h *harness) {
 	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w3.Lease}))
 	require.Nil(t, h.fetch(tenant), "an ack without result enqueued something")
 	require.Nil(t, h.fetchWork(tenant))
+}
+
+// A task the ack inserts leased (handed to a waiting poll) is the poll's
+// until its lease lapses: no fetch takes it, its lease renews and acks; a
+// turn that does not hold inserts nothing; a lease lapsed makes it visible
+// like a claimed task's.
+func testWorkItemInsertedLeased(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	leased := func() *store.WorkLease {
+		return &store.WorkLease{ID: uuid.NewString(), Token: uuid.NewString(), ExpiresAt: h.clock.Now().Add(lease)}
+	}
+	scheduleLeased := func(id string, l *store.WorkLease) *store.AckOrchestrationItemParams {
+		h.start(tenant, id)
+		p := turn(h.fetchInstance(tenant, id))
+		p.History = append(p.History, store.HistoryEvent{EventID: int64(len(p.History)) + 1, Kind: "activity_scheduled"})
+		p.Activities = append(p.Activities, store.ActivityTask{
+			ActivityID: int64(len(p.History)), Name: "charge", TaskQueue: queue, Input: []byte(`{}`), Attempt: 1, Lease: l,
+		})
+		return p
+	}
+
+	l := leased()
+	h.ack(scheduleLeased("order", l))
+	require.Nil(t, h.fetchWork(tenant), "a fetch took a task inserted leased")
+	w := store.WorkLease{TenantID: tenant, ID: l.ID, Token: l.Token}
+	until, err := h.s.RenewWorkItemLease(h.ctx(), &store.RenewWorkItemLeaseParams{Lease: w, Duration: lease})
+	require.NoError(t, err, "the lease the task was inserted with does not renew")
+	require.Equal(t, h.clock.Now().Add(lease), until)
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w, Result: &store.Message{Kind: kindDone}}))
+	item := h.mustFetch(tenant, "order")
+	require.Len(t, item.Messages, 1)
+	require.Equal(t, kindDone, item.Messages[0].Kind)
+
+	// A turn whose lease was lost inserts nothing.
+	lost := scheduleLeased("lost", leased())
+	lost.Lease.Token = uuid.NewString()
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), lost), store.ErrLeaseLost)
+	require.ErrorIs(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{
+		Lease: store.WorkLease{TenantID: tenant, ID: lost.Activities[0].Lease.ID, Token: lost.Activities[0].Lease.Token}}), store.ErrLeaseLost)
+
+	// Refused: a delay, or a lease without an expiry.
+	bad := scheduleLeased("bad", leased())
+	bad.Activities[0].Delay = time.Second
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), bad), store.ErrInvalidArgument)
+	bad.Activities[0].Delay, bad.Activities[0].Lease.ExpiresAt = 0, time.Time{}
+	require.ErrorIs(t, h.s.AckOrchestrationItem(h.ctx(), bad), store.ErrInvalidArgument)
+
+	// When its lease lapses, a fetch takes it.
+	l = leased()
+	h.ack(scheduleLeased("lapsed", l))
+	h.clock.Advance(lease)
+	taken := h.fetchWork(tenant)
+	require.NotNil(t, taken, "a task inserted leased stayed hidden after its lease lapsed")
+	require.Equal(t, l.ID, taken.Lease.ID)
+	require.Equal(t, "lapsed", taken.InstanceID)
 }
 
 func testWorkItemsForAllTenants(t *testing.T, h *harness) {

@@ -74,6 +74,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SuspendedTenantsWait", testSuspendedTenantsWait},
 		{"WorkItemLifecycle", testWorkItemLifecycle},
 		{"WorkItemAbandonAndExpiry", testWorkItemAbandonAndExpiry},
+		{"WorkItemInsertedLeased", testWorkItemInsertedLeased},
 		{"WorkItemsForAllTenants", testWorkItemsForAllTenants},
 		{"WorkItemBatch", testWorkItemBatch},
 		{"WorkItemBatchIsolation", testWorkItemBatchIsolation},

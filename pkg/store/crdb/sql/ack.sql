@@ -129,13 +129,18 @@ WITH turns AS (
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM pinned_lease)
 	RETURNING i.instance_id
 ), tasks AS (
-	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
-		input, attempt, visible_at, created_at, trace_context)
-	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now,
-		NULLIF(u.trace_context, '')
+	-- A task handed to a waiting poll comes leased (a token, leased_until
+	-- > 0), visible when its lease lapses, like a claimed task.
+	INSERT INTO worker_queue (tenant_id, id, instance_id, execution_id, activity_id, name, task_queue,
+		input, attempt, visible_at, created_at, trace_context, lease_token, leased_until)
+	SELECT @tenant_id, u.id::UUID, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt,
+		CASE WHEN u.leased_until > 0 THEN u.leased_until ELSE @now + u.delay END, @now,
+		NULLIF(u.trace_context, ''), NULLIF(u.lease_token, '')::UUID, NULLIF(u.leased_until, 0)
 	FROM unnest(@task_instance_ids::TEXT[], @task_execution_ids::INT8[], @task_activity_ids::INT8[], @task_names::TEXT[],
-		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[])
-		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context)
+		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[],
+		@task_ids::TEXT[], @task_lease_tokens::TEXT[], @task_leased_until::INT8[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context,
+			id, lease_token, leased_until)
 	WHERE u.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
 ), next_executions AS (
@@ -170,13 +175,18 @@ WITH turns AS (
 	WHERE l.instance_id = ANY(@turn_instance_ids::TEXT[]) AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
 		AND l.leased_until > @now AND i.current_execution_id = t.execution_id AND NOT i.deleting
 ), tasks AS (
-	INSERT INTO worker_queue (tenant_id, instance_id, execution_id, activity_id, name, task_queue,
-		input, attempt, visible_at, created_at, trace_context)
-	SELECT @tenant_id, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt, @now + u.delay, @now,
-		NULLIF(u.trace_context, '')
+	-- A task handed to a waiting poll comes leased (a token, leased_until
+	-- > 0), visible when its lease lapses, like a claimed task.
+	INSERT INTO worker_queue (tenant_id, id, instance_id, execution_id, activity_id, name, task_queue,
+		input, attempt, visible_at, created_at, trace_context, lease_token, leased_until)
+	SELECT @tenant_id, u.id::UUID, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt,
+		CASE WHEN u.leased_until > 0 THEN u.leased_until ELSE @now + u.delay END, @now,
+		NULLIF(u.trace_context, ''), NULLIF(u.lease_token, '')::UUID, NULLIF(u.leased_until, 0)
 	FROM unnest(@task_instance_ids::TEXT[], @task_execution_ids::INT8[], @task_activity_ids::INT8[], @task_names::TEXT[],
-		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[])
-		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context)
+		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[],
+		@task_ids::TEXT[], @task_lease_tokens::TEXT[], @task_leased_until::INT8[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context,
+			id, lease_token, leased_until)
 	WHERE u.instance_id IN (SELECT instance_id FROM turn)
 	RETURNING 1
 ), next_executions AS (
