@@ -19,6 +19,7 @@ import (
 
 	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -157,8 +158,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	defer closeHints()
+	// The API and the dispatcher share a process: an ack hands the tasks
+	// it schedules to the polls waiting here, with no claim.
+	handoff := notify.NewHandoff()
 	apiCfg := api.Config{
-		Store: st, Notifier: hints, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
+		Store: st, Notifier: hints, Handoff: handoff, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
 	}
 	if jan != nil {
@@ -178,7 +182,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	dispCfg := dispatcher.Config{Store: st, Notifier: hints, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics}
+	dispCfg := dispatcher.Config{Store: st, Notifier: hints, Handoff: handoff, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics}
 	if o.hints != "off" {
 		hintedDispatcherPolls(&dispCfg)
 	}

@@ -175,20 +175,19 @@ func longPollDeadline(ctx context.Context, wait *durationpb.Duration) time.Time 
 
 // pollUntil calls try until it reports done, the deadline passes, the
 // server drains or ctx ends (then ctx's error). Between calls it waits for a
-// hint on wake (see package notify), or at most a jittered wait that
-// doubles from first to MaxPoll, since a hint may be lost. It reports
-// whether try was done.
+// hint on wake (see package notify) or a hand-over on handed (nil: none),
+// or at most a jittered wait that doubles from first to MaxPoll, since a
+// hint may be lost. It reports whether try was done.
 //
 // A try that fails because the caller's deadline passed during it, after
 // an earlier try answered, ends the poll as not done: the deadline ends a
 // long poll like its own wait does, and the caller gets what the earlier
 // try found rather than an error.
-func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan struct{}, first time.Duration, try func() (bool, error)) (bool, error) {
+func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake, handed <-chan struct{}, first time.Duration, try func() (bool, error)) (bool, error) {
 	waits := &backoff.ExponentialBackOff{InitialInterval: first, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: s.cfg.MaxPoll}
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)
 	for tried := false; ; tried = true {
-		s.longPollQueries.Add(1)
 		done, err := try()
 		if err != nil && tried && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return false, nil
@@ -210,6 +209,8 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake <-chan 
 			return false, nil
 		case <-wake:
 			t.Stop()
+		case <-handed:
+			t.Stop()
 		case <-t.C:
 		}
 	}
@@ -226,7 +227,8 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 	if c.s.cfg.Hinted {
 		first = c.s.cfg.MaxPoll
 	}
-	done, err := c.s.pollUntil(ctx, deadline, sub.C, first, func() (bool, error) {
+	done, err := c.s.pollUntil(ctx, deadline, sub.C, nil, first, func() (bool, error) {
+		c.s.longPollQueries.Add(1)
 		got, err := c.getInstance(ctx, req.Msg.InstanceId)
 		if err != nil {
 			return false, err

@@ -20,7 +20,7 @@ func TestPollUntilCallerDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 		defer cancel()
 		tries := 0
-		done, err := s.pollUntil(ctx, time.Now().Add(time.Hour), nil, s.cfg.MinPoll, func() (bool, error) {
+		done, err := s.pollUntil(ctx, time.Now().Add(time.Hour), nil, nil, s.cfg.MinPoll, func() (bool, error) {
 			tries++
 			if first && tries == 1 {
 				return false, nil

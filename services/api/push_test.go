@@ -92,6 +92,44 @@ func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
 	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(2), "reads: one at the start, one on the hint")
 }
 
+// With the dispatcher of its process sharing a Handoff, a poll that waits
+// gets the task an ack schedules in memory, leased to it by the ack: it
+// makes no claim of its own (its one query was the one it made as it
+// started; counted, not timed, with every poll interval an hour). The
+// task's token completes it like a claimed task's.
+func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff()
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+
+	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+		return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	})
+	testwait.Until(t, 30*time.Second, "the worker's poll to offer its place", func() bool { return handoff.Waiting() == 1 })
+	queriesBefore := e.API.LongPollQueries()
+
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	p := poll("the scheduled task was not handed to the waiting poll")
+	require.Len(t, p.Msg.Tasks, 1, "the poll answered without the task")
+	require.Equal(t, "e", p.Msg.Tasks[0].InstanceId)
+	require.Equal(t, `7`, string(p.Msg.Tasks[0].Input))
+	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the poll claimed the task handed to it")
+	require.Zero(t, handoff.Waiting())
+
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
+	require.NoError(t, err)
+	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.True(t, w.Msg.Done)
+	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+}
+
 // inBackground starts call on a goroutine of its own and returns a function
 // that waits for its answer, failing the test with what when none comes
 // within 30 seconds.

@@ -87,6 +87,10 @@ type Config struct {
 	// of scheduled tasks and ended instances. Share one with the
 	// dispatchers of this process (default: none, every wait polls).
 	Notifier notify.Notifier
+	// Handoff, shared with the dispatcher of this process, lets its acks
+	// hand the tasks they schedule to the PollActivityTasks waiting here,
+	// with no claim (see notify.Handoff). Nil: none.
+	Handoff *notify.Handoff
 	// Hinted says that the dispatchers' hints reach Notifier: they run in
 	// this process, or hints cross processes. A WaitForCompletion then
 	// reads its instance when it starts and on the hint of its end, and
@@ -160,6 +164,7 @@ type Server struct {
 	longPolls       atomic.Int64
 	longPollQueries atomic.Int64
 	notifier        notify.Notifier
+	handoff         *notify.Handoff
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -190,6 +195,7 @@ func New(cfg Config) (*Server, error) {
 		versions: newVersionCache(),
 		draining: make(chan struct{}),
 		notifier: cfg.Notifier,
+		handoff:  cfg.Handoff,
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.

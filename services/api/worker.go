@@ -33,15 +33,32 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 	var items []*store.WorkItem
 	sub := w.s.notifier.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: t.TenantID, Key: m.TaskQueue})
 	defer sub.Close()
-	// Whatever the first query that finds tasks leases is the answer: a
-	// poll does not wait to fill its batch.
-	_, err := w.s.pollUntil(ctx, deadline, sub.C, w.s.cfg.MinPoll, func() (bool, error) {
+	// Between its queries the poll offers its place to the acks of this
+	// process's dispatcher: one that schedules a task for this queue
+	// inserts it leased to the poll and hands it over (notify.Handoff).
+	handed := w.s.handoff.Wait(t.TenantID, m.TaskQueue, lease, max(int(m.GetMaxTasks()), 1))
+	// Whatever the first query that finds tasks leases, or the first
+	// hand-over, is the answer: a poll does not wait to fill its batch.
+	_, err := w.s.pollUntil(ctx, deadline, sub.C, handed.Done(), w.s.cfg.MinPoll, func() (bool, error) {
+		got, pending := handed.Withdraw()
+		if items = got; len(items) > 0 || pending {
+			return len(items) > 0, nil
+		}
+		w.s.longPollQueries.Add(1)
 		var err error
 		items, err = w.s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{
 			TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease, Max: int(m.GetMaxTasks()),
 		})
+		if err == nil && len(items) == 0 {
+			handed.Offer()
+		}
 		return len(items) > 0, err
 	})
+	// Tasks handed over as the poll ended are its answer too (a poll that
+	// found tasks by its query had withdrawn its place before it).
+	if left := handed.Leave(); len(left) > 0 {
+		items = left
+	}
 	if err != nil && len(items) == 0 {
 		return nil, err
 	}

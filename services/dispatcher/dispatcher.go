@@ -71,6 +71,11 @@ type Config struct {
 	// they end. Share one with the API of this process (default: none,
 	// the loops poll).
 	Notifier notify.Notifier
+	// Handoff, shared with the API of this process, lets an ack that
+	// schedules a task due now hand it to a PollActivityTask waiting for
+	// its task queue, leased to it, with no claim (see notify.Handoff).
+	// Nil: none.
+	Handoff *notify.Handoff
 	// Hinted says that a hint reaches Notifier for every message queued
 	// for an instance: the API runs in this process, or hints cross
 	// processes. A loop whose batch was not full then waits for a hint or

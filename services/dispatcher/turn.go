@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -122,6 +123,7 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 		return nil
 	}
 
+	handed := d.handOver(turns)
 	if d.beforeAck != nil {
 		d.beforeAck(ctx, items)
 	}
@@ -136,6 +138,7 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 		// by one, and end the execution of a turn refused on its own.
 		results, err = d.ackOneByOne(ctx, turns), nil
 	}
+	d.deliver(ctx, handed, turns, results, err)
 	if err != nil {
 		for _, t := range turns {
 			d.endTurn(ctx, t, "abandoned", err)
@@ -173,6 +176,114 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 	return nil
 }
 
+// handover is a poll's place taken by an ack, with the tasks the ack
+// inserts leased to it.
+type handover struct {
+	wait  *notify.TaskWait
+	tasks []handedTask
+}
+
+// handedTask is a task inserted leased to a waiting poll: the turn's
+// index and the task as the poll gets it.
+type handedTask struct {
+	turn int
+	item *store.WorkItem
+}
+
+// handOver takes the places of polls waiting in this process for the task
+// queues of the tasks the turns schedule due now (Config.Handoff), and
+// gives each such task the lease of its poll: the ack inserts it leased,
+// and deliver hands it over after the ack.
+func (d *Dispatcher) handOver(turns []*runningTurn) []*handover {
+	if d.cfg.Handoff == nil {
+		return nil
+	}
+	type key struct{ tenant, queue string }
+	var all []*handover
+	open := map[key]*handover{}
+	now := d.cfg.Clock.Now()
+	for i, t := range turns {
+		tenant := t.ack.Lease.TenantID
+		for j := range t.ack.Activities {
+			a := &t.ack.Activities[j]
+			if a.Delay > 0 {
+				continue
+			}
+			k := key{tenant, a.TaskQueue}
+			h, ok := open[k]
+			if h == nil && ok {
+				continue // no poll waits for this queue
+			}
+			if h == nil || len(h.tasks) == h.wait.Max() {
+				w := d.cfg.Handoff.Take(tenant, a.TaskQueue)
+				if w == nil {
+					open[k] = nil
+					continue
+				}
+				h = &handover{wait: w}
+				open[k] = h
+				all = append(all, h)
+			}
+			// Milliseconds, as the store keeps it.
+			a.Lease = &store.WorkLease{TenantID: tenant, ID: uuid.NewString(), Token: h.wait.Token(),
+				ExpiresAt: time.UnixMilli(now.Add(h.wait.Lease()).UnixMilli())}
+			h.tasks = append(h.tasks, handedTask{turn: i, item: &store.WorkItem{
+				Lease: *a.Lease, InstanceID: t.ack.Lease.InstanceID, ExecutionID: t.ack.ExecutionID, ActivityID: a.ActivityID,
+				Name: a.Name, TaskQueue: a.TaskQueue, Input: a.Input, Attempt: max(a.Attempt, 1), CreatedAt: now,
+				TraceContext: a.TraceContext,
+			}})
+		}
+	}
+	return all
+}
+
+// deliver hands each taken place the tasks of the turns whose ack held
+// (err is the ack's), and hands back at once those whose poll has gone.
+func (d *Dispatcher) deliver(ctx context.Context, handed []*handover, turns []*runningTurn, results []error, err error) {
+	for _, h := range handed {
+		var items []*store.WorkItem
+		for _, ht := range h.tasks {
+			if err == nil && results[ht.turn] == nil && schedules(turns[ht.turn].ack, ht.item.Lease.ID) {
+				items = append(items, ht.item)
+			}
+		}
+		d.handBack(ctx, h.wait.Deliver(items))
+	}
+}
+
+// schedules says whether an acked turn inserted the task of this lease id:
+// a turn refused on its own was replaced by one that fails its execution
+// (ackOneByOne).
+func schedules(ack *store.AckOrchestrationItemParams, leaseID string) bool {
+	for _, a := range ack.Activities {
+		if a.Lease != nil && a.Lease.ID == leaseID {
+			return true
+		}
+	}
+	return false
+}
+
+// handBack releases tasks handed to a poll that left, with a hint each, as
+// the API does for a worker that went away: they would wait for their
+// leases to lapse otherwise.
+func (d *Dispatcher) handBack(ctx context.Context, items []*store.WorkItem) {
+	if len(items) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var hints []notify.Topic
+	for _, it := range items {
+		if err := d.cfg.Store.AbandonWorkItem(rctx, &store.AbandonWorkItemParams{Lease: it.Lease}); err != nil {
+			d.log.Warn("could not hand back a task whose poll left; it waits for its lease to lapse",
+				"tenant", it.Lease.TenantID, "instance", it.InstanceID, "error", err)
+			continue
+		}
+		hints = append(hints, notify.Topic{Kind: notify.Tasks, TenantID: it.Lease.TenantID, Key: it.TaskQueue})
+	}
+	d.cfg.Notifier.Notify(rctx, hints...)
+}
+
 // traceOf returns the context a turn's span starts from: the trace of the
 // first of its messages queued in one (a start, an activity's result, an
 // event), with links to the traces of the others.
@@ -199,7 +310,8 @@ func traceOf(ctx context.Context, msgs []store.QueuedMessage) (context.Context, 
 func appendHints(hints []notify.Topic, ack *store.AckOrchestrationItemParams) []notify.Topic {
 	tenant := ack.Lease.TenantID
 	for _, a := range ack.Activities {
-		if a.Delay <= 0 {
+		// A task handed over has its poll already.
+		if a.Delay <= 0 && a.Lease == nil {
 			hints = append(hints, notify.Topic{Kind: notify.Tasks, TenantID: tenant, Key: a.TaskQueue})
 		}
 	}
