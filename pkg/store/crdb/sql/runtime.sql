@@ -196,7 +196,9 @@ SELECT c.tenant_id, c.instance_id FROM claimed c;
 -- order); the fetch sorts them. A NULL name is an instance that is gone or
 -- being deleted. The instance's retention override and its tenant's policy
 -- come along, so that a turn that continues as new knows, as of its fetch,
--- whether to prune without reading them again.
+-- whether to prune without reading them again. Held leases are found by
+-- token among the rows with leased_until > 0 (the index instance_leases_held
+-- holds only those), here and below.
 SELECT l.tenant_id, l.instance_id, l.claims, l.strikes, i.instance_id IS NOT NULL,
 	i.name, i.version, i.status, i.current_execution_id,
 	COALESCE(i.parent_instance_id, ''), i.root_instance_id, e.input, e.output, COALESCE(e.error, ''),
@@ -224,13 +226,13 @@ LEFT JOIN LATERAL (
 		ORDER BY q.visible_at, q.created_at, q.id
 		LIMIT @max_messages) q
 ) m ON true
-WHERE l.lease_token = @token;
+WHERE l.lease_token = @token AND l.leased_until > 0;
 
 -- name: ReleaseFailedClaim
 -- Lets go of the leases a fetch may hold when reading its results failed
 -- after COMMIT was sent: due at once, whoever claims them next sorts out
 -- what they hold.
-UPDATE instance_leases SET leased_until = 0, due_at = 0 WHERE lease_token = @token;
+UPDATE instance_leases SET leased_until = 0, due_at = 0 WHERE lease_token = @token AND leased_until > 0;
 
 -- name: FindZombieTenant
 -- A tenant with a visible message of an instance that has no lease row
@@ -261,7 +263,7 @@ RETURNING tenant_id, instance_id;
 -- The visible messages of the zombie ClaimZombie leased.
 SELECT q.instance_id, q.id::TEXT, q.kind FROM instance_leases l
 JOIN orchestrator_queue q ON q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
-WHERE l.tenant_id = @tenant_id AND l.lease_token = @token AND q.visible_at <= @now
+WHERE l.tenant_id = @tenant_id AND l.lease_token = @token AND l.leased_until > 0 AND q.visible_at <= @now
 LIMIT @max_messages;
 
 -- name: ConsumeZombies
