@@ -159,8 +159,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	}
 	defer closeHints()
 	// The API and the dispatcher share a process: an ack hands the tasks
-	// it schedules to the polls waiting here, with no claim.
-	handoff := notify.NewHandoff()
+	// it schedules to the polls waiting here, with no claim, and a poll
+	// that comes within 100 ms of a query that found its queue empty skips
+	// its own (the tasks no hint announces, a retry's, are found that much
+	// later at most, beside the dispatcher's 100 ms for timers).
+	handoff := notify.NewHandoff(100 * time.Millisecond)
 	apiCfg := api.Config{
 		Store: st, Notifier: hints, Handoff: handoff, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,

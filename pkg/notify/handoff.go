@@ -21,15 +21,75 @@ import (
 // once (best effort; their leases lapse otherwise); an ack that did not
 // commit delivers nothing, and the poll looks again. A place taken is
 // taken by one ack, and what it delivers goes to its poll alone.
+//
+// A Handoff also spares polls the query that would find nothing: a poll
+// that starts within quiet of a query that found its queue empty, with no
+// task put in the queue since without a place (Unplaced), offers its place
+// at once and queries only at its first wait's end. The tasks it could
+// miss so are those nothing announces: due after a delay, left by a lease
+// that lapsed, or scheduled by another process; quiet bounds how much
+// later they are found than by a query at once.
 type Handoff struct {
 	mu      sync.Mutex
 	waiting map[handoffKey][]*TaskWait
+	quiet   time.Duration
+	news    map[handoffKey]*queueNews
+	// epoch counts the times news was cleared, so that a query's finding
+	// is not recorded over news it did not see.
+	epoch uint64
 }
 
 type handoffKey struct{ tenant, queue string }
 
-// NewHandoff returns an empty Handoff.
-func NewHandoff() *Handoff { return &Handoff{waiting: map[handoffKey][]*TaskWait{}} }
+// queueNews is what the polls of this process know of a task queue.
+type queueNews struct {
+	// unplaced counts the tasks put in the queue with no place (Unplaced).
+	unplaced uint64
+	// emptyAt is when a query found the queue empty, with no task unplaced
+	// since it began (zero: none).
+	emptyAt time.Time
+}
+
+// maxNews bounds the task queues a Handoff keeps news of: past it, it
+// forgets them all (their polls query as they start), so that a tenant
+// with ever new queue names cannot grow it.
+const maxNews = 4096
+
+// NewHandoff returns an empty Handoff whose polls skip their first query
+// within quiet of a query that found their queue empty (0: never).
+func NewHandoff(quiet time.Duration) *Handoff {
+	return &Handoff{waiting: map[handoffKey][]*TaskWait{}, quiet: quiet, news: map[handoffKey]*queueNews{}}
+}
+
+// Unplaced records that a task was made visible in a tenant's task queue
+// with no place taken for it (an ack found no poll waiting, a task was
+// handed back): the next poll of the queue must query. Call it after the
+// task's commit.
+func (h *Handoff) Unplaced(tenant, queue string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.newsOf(handoffKey{tenant, queue})
+	n.unplaced++
+	n.emptyAt = time.Time{}
+}
+
+// newsOf returns the news of a queue, new when there was none; past
+// maxNews it forgets the others first. h.mu is held.
+func (h *Handoff) newsOf(k handoffKey) *queueNews {
+	n := h.news[k]
+	if n == nil {
+		if len(h.news) >= maxNews {
+			clear(h.news)
+			h.epoch++
+		}
+		n = &queueNews{}
+		h.news[k] = n
+	}
+	return n
+}
 
 type waitState uint8
 
@@ -53,6 +113,9 @@ type TaskWait struct {
 	items []*store.WorkItem
 	// done holds a value once a delivery came (of tasks, or of nothing).
 	done chan struct{}
+	// epoch and unplaced are the queue's news as the poll's last query
+	// began (BeforeQuery).
+	epoch, unplaced uint64
 }
 
 // Wait returns a poll's place for a tenant's task queue: tasks handed to
@@ -154,6 +217,50 @@ func (h *Handoff) Take(tenant, queue string) *TaskWait {
 	h.remove(w)
 	w.state = waitTaken
 	return w
+}
+
+// Quiet says that the poll may skip its first query: a query found the
+// queue empty within the Handoff's quiet, and no task came since without
+// a place.
+func (w *TaskWait) Quiet() bool {
+	if w == nil || w.h.quiet <= 0 {
+		return false
+	}
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	n := w.h.news[w.key]
+	return n != nil && !n.emptyAt.IsZero() && time.Since(n.emptyAt) < w.h.quiet
+}
+
+// BeforeQuery notes the queue's news as the poll's query begins.
+func (w *TaskWait) BeforeQuery() {
+	if w == nil || w.h.quiet <= 0 {
+		return
+	}
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	w.epoch = w.h.epoch
+	w.unplaced = 0
+	if n := w.h.news[w.key]; n != nil {
+		w.unplaced = n.unplaced
+	}
+}
+
+// QueriedEmpty records that the poll's query found the queue empty (it
+// leased fewer tasks than it asked for), unless a task came without a
+// place since the query began: that task's commit may have come after the
+// query's snapshot.
+func (w *TaskWait) QueriedEmpty() {
+	if w == nil || w.h.quiet <= 0 {
+		return
+	}
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.newsOf(w.key)
+	if w.epoch == h.epoch && n.unplaced == w.unplaced {
+		n.emptyAt = time.Now()
+	}
 }
 
 // Token is the lease token of the tasks handed to the place.

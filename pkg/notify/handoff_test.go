@@ -1,11 +1,13 @@
 package notify
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -23,7 +25,7 @@ func delivered(w *TaskWait) bool {
 // for its own tenant and task queue; what the ack delivers goes to it
 // alone.
 func TestHandoffTakesThePlaceThatWaitedLongest(t *testing.T) {
-	h := NewHandoff()
+	h := NewHandoff(0)
 	first, second := h.Wait("a", "q", time.Minute, 2), h.Wait("a", "q", time.Minute, 1)
 	other := h.Wait("b", "q", time.Minute, 1)
 	require.Nil(t, h.Take("a", "q"), "a place not offered was taken")
@@ -56,7 +58,7 @@ func TestHandoffTakesThePlaceThatWaitedLongest(t *testing.T) {
 // A place withdrawn is not taken; one left leaves its delivered tasks to
 // its poll, or, taken and not delivered yet, to its delivery.
 func TestHandoffLeave(t *testing.T) {
-	h := NewHandoff()
+	h := NewHandoff(0)
 	w := h.Wait("a", "q", time.Minute, 1)
 	w.Offer()
 	items, pending := w.Withdraw()
@@ -93,4 +95,53 @@ func TestHandoffLeave(t *testing.T) {
 	require.Empty(t, nw.Leave())
 	require.Nil(t, nw.Done())
 	require.Nil(t, none.Take("a", "q"))
+}
+
+// A poll may skip its first query after a query found its queue empty,
+// until a task comes without a place (one that came while the query ran
+// included: its commit may have missed the query's snapshot), or quiet
+// passes; only for its own queue.
+func TestHandoffQuiet(t *testing.T) {
+	h := NewHandoff(time.Hour)
+	w := h.Wait("a", "q", time.Minute, 1)
+	require.False(t, w.Quiet(), "a queue never queried is quiet")
+	w.BeforeQuery()
+	w.QueriedEmpty()
+	require.True(t, h.Wait("a", "q", time.Minute, 1).Quiet())
+	require.False(t, h.Wait("a", "other", time.Minute, 1).Quiet())
+	require.False(t, h.Wait("b", "q", time.Minute, 1).Quiet())
+
+	h.Unplaced("a", "q")
+	require.False(t, w.Quiet(), "a queue with a task no place took is quiet")
+	w.BeforeQuery()
+	h.Unplaced("a", "q")
+	w.QueriedEmpty()
+	require.False(t, w.Quiet(), "a query that began before a task came recorded the queue empty")
+	w.BeforeQuery()
+	w.QueriedEmpty()
+	require.True(t, w.Quiet())
+
+	// A task that came to a queue no query had recorded, while a query of
+	// it ran.
+	fresh := h.Wait("a", "new", time.Minute, 1)
+	fresh.BeforeQuery()
+	h.Unplaced("a", "new")
+	fresh.QueriedEmpty()
+	require.False(t, fresh.Quiet())
+
+	require.False(t, NewHandoff(0).Wait("a", "q", time.Minute, 1).Quiet(), "quiet 0 skips queries")
+	past := NewHandoff(time.Nanosecond)
+	pw := past.Wait("a", "q", time.Minute, 1)
+	pw.BeforeQuery()
+	pw.QueriedEmpty()
+	testwait.Until(t, time.Minute, "a query older than quiet to stand no more", func() bool { return !pw.Quiet() })
+
+	// Past maxNews queues, it forgets them all.
+	for i := range maxNews {
+		q := h.Wait("a", fmt.Sprint("q", i), time.Minute, 1)
+		q.BeforeQuery()
+		q.QueriedEmpty()
+	}
+	require.False(t, w.Quiet(), "news of more than maxNews queues kept")
+	require.LessOrEqual(t, len(h.news), maxNews)
 }

@@ -99,7 +99,7 @@ func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
 // task's token completes it like a claimed task's.
 func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
 	t.Parallel()
-	hints, handoff := notify.NewLocal(), notify.NewHandoff()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
 	e := newEnv(t, func(c *api.Config) {
 		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
 	})
@@ -128,6 +128,56 @@ func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, w.Msg.Done)
 	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+}
+
+// A poll that starts while its queue is known empty (a query found it so,
+// and every task since came to a waiting place) makes no query before it
+// waits: two orchestrations in a row, each handed to its poll, cost one
+// query, the first poll's. A task scheduled while no poll waits is news:
+// the next poll queries as it starts, and finds it at once (counted, not
+// timed: every poll interval is an hour).
+func TestAPollOfAQueueKnownEmptyWaitsFirst(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(time.Hour)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	queriesBefore := e.API.LongPollQueries()
+	run := func(id string) {
+		t.Helper()
+		poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+			return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+		})
+		testwait.Until(t, 30*time.Second, "the worker's poll to offer its place", func() bool { return handoff.Waiting() == 1 })
+		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id, Input: []byte(`7`)}))
+		require.NoError(t, err)
+		p := poll("the scheduled task was not handed to the waiting poll")
+		require.Len(t, p.Msg.Tasks, 1)
+		_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
+		require.NoError(t, err)
+	}
+	run("a")
+	run("b")
+	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore, "queries of two polls of a queue known empty")
+
+	// The ack's hint of the task comes after its news.
+	tasks := hints.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: "acme", Key: "q"})
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "c", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	select {
+	case <-tasks.C:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task was not scheduled")
+	}
+	tasks.Close()
+	p, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.Len(t, p.Msg.Tasks, 1, "a poll after a task no place took waited instead of querying")
+	require.Equal(t, "c", p.Msg.Tasks[0].InstanceId)
+	require.Equal(t, int64(2), e.API.LongPollQueries()-queriesBefore)
 }
 
 // inBackground starts call on a goroutine of its own and returns a function

@@ -39,16 +39,29 @@ func (w *workerService) PollActivityTask(ctx context.Context, req *connect.Reque
 	handed := w.s.handoff.Wait(t.TenantID, m.TaskQueue, lease, max(int(m.GetMaxTasks()), 1))
 	// Whatever the first query that finds tasks leases, or the first
 	// hand-over, is the answer: a poll does not wait to fill its batch.
+	// A poll that starts while its queue is known empty (Quiet) waits
+	// before its first query.
+	started := false
 	_, err := w.s.pollUntil(ctx, deadline, sub.C, handed.Done(), w.s.cfg.MinPoll, func() (bool, error) {
 		got, pending := handed.Withdraw()
 		if items = got; len(items) > 0 || pending {
 			return len(items) > 0, nil
 		}
+		if !started && handed.Quiet() {
+			started = true
+			handed.Offer()
+			return false, nil
+		}
+		started = true
 		w.s.longPollQueries.Add(1)
+		handed.BeforeQuery()
 		var err error
 		items, err = w.s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{
 			TenantID: t.TenantID, TaskQueue: m.TaskQueue, LeaseDuration: lease, Max: int(m.GetMaxTasks()),
 		})
+		if err == nil && len(items) < max(int(m.GetMaxTasks()), 1) {
+			handed.QueriedEmpty()
+		}
 		if err == nil && len(items) == 0 {
 			handed.Offer()
 		}
@@ -120,6 +133,7 @@ func (w *workerService) release(ctx context.Context, items []*store.WorkItem) {
 			continue
 		}
 		released++
+		w.s.handoff.Unplaced(item.Lease.TenantID, item.TaskQueue)
 	}
 	// One hint per task, as for tasks scheduled.
 	topic := notify.Topic{Kind: notify.Tasks, TenantID: items[0].Lease.TenantID, Key: items[0].TaskQueue}

@@ -44,7 +44,7 @@ func noHint(t *testing.T, sub *notify.Subscription, why string) {
 func TestAnAckHandsItsTaskToAWaitingPoll(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, oneActivity)
-	handoff, hints := notify.NewHandoff(), notify.NewLocal()
+	handoff, hints := notify.NewHandoff(0), notify.NewLocal()
 	tasks := hints.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: tenant, Key: "q"})
 	defer tasks.Close()
 	wait := handoff.Wait(tenant, "q", time.Minute, 1)
@@ -89,7 +89,7 @@ func TestAnAckHandsItsTaskToAWaitingPoll(t *testing.T) {
 func TestATaskHandedToAPollThatLeftIsHandedBack(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, oneActivity)
-	handoff, hints := notify.NewHandoff(), notify.NewLocal()
+	handoff, hints := notify.NewHandoff(0), notify.NewLocal()
 	tasks := hints.Subscribe(notify.Topic{Kind: notify.Tasks, TenantID: tenant, Key: "q"})
 	defer tasks.Close()
 	wait := handoff.Wait(tenant, "q", time.Hour, 1)
@@ -121,7 +121,7 @@ func TestATaskHandedToAPollThatLeftIsHandedBack(t *testing.T) {
 func TestAnAckThatDidNotHoldDeliversNothing(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, oneActivity)
-	handoff := notify.NewHandoff()
+	handoff := notify.NewHandoff(0)
 	wait := handoff.Wait(tenant, "q", time.Minute, 1)
 	wait.Offer()
 	s.handoffSystem(handoff, nil, func() {

@@ -239,7 +239,22 @@ func (d *Dispatcher) handOver(turns []*runningTurn) []*handover {
 
 // deliver hands each taken place the tasks of the turns whose ack held
 // (err is the ack's), and hands back at once those whose poll has gone.
+// The tasks due now that no place took are news to the polls that come
+// (Handoff.Unplaced).
 func (d *Dispatcher) deliver(ctx context.Context, handed []*handover, turns []*runningTurn, results []error, err error) {
+	if d.cfg.Handoff == nil {
+		return
+	}
+	for i, t := range turns {
+		if err != nil || results[i] != nil {
+			continue
+		}
+		for _, a := range t.ack.Activities {
+			if a.Delay <= 0 && a.Lease == nil {
+				d.cfg.Handoff.Unplaced(t.ack.Lease.TenantID, a.TaskQueue)
+			}
+		}
+	}
 	for _, h := range handed {
 		var items []*store.WorkItem
 		for _, ht := range h.tasks {
@@ -279,6 +294,7 @@ func (d *Dispatcher) handBack(ctx context.Context, items []*store.WorkItem) {
 				"tenant", it.Lease.TenantID, "instance", it.InstanceID, "error", err)
 			continue
 		}
+		d.cfg.Handoff.Unplaced(it.Lease.TenantID, it.TaskQueue)
 		hints = append(hints, notify.Topic{Kind: notify.Tasks, TenantID: it.Lease.TenantID, Key: it.TaskQueue})
 	}
 	d.cfg.Notifier.Notify(rctx, hints...)
