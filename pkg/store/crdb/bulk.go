@@ -14,6 +14,21 @@ import (
 // bulkPage is how many candidate roots a bulk delete reads at a time.
 const bulkPage = 500
 
+// maxRootsPerTransaction bounds the trees one delete transaction reads, so
+// that two such deletes can run at once on PostgreSQL without rolling each
+// other back (TestTwoDeletesAtOnceBothCommit). Serializable isolation
+// leaves a delete no predicate lock (SIREAD) on a row it read and then
+// removed; it keeps those on index pages, which deletes do not write. But
+// the rows TreeMembers reads (a row of instances per member) are locked
+// until the delete, and past max_pred_locks_per_transaction / 2 of a table
+// (128 on the servers the tests start) they become one lock on the whole
+// table, with which every delete from it by another transaction conflicts.
+// 100 roots stay below that, and at about a dozen rows per tree within the
+// row budget, so each root is read once. (Past two rows of one heap page
+// they become a lock on the page: roots a page of candidates apart seldom
+// share one.)
+const maxRootsPerTransaction = 100
+
 // DeleteInstanceBulk deletes the matching roots whose whole tree is
 // terminal, oldest completion first, until Limit trees are gone. Small trees go
 // many to a transaction; a tree bigger than one transaction goes through
@@ -135,8 +150,9 @@ func (s *Store) DeleteExpired(ctx context.Context, p *store.DeleteExpiredParams)
 
 // deleteTrees deletes the trees of these roots, each only while its root
 // is terminal with the completion time of its key and no member runs:
-// small trees many to a transaction, a tree bigger than one transaction
-// through DeleteInstance. It reports how many trees it deleted.
+// small trees many to a transaction (at most maxRootsPerTransaction), a
+// tree bigger than one transaction through DeleteInstance. It reports how
+// many trees it deleted.
 func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKey) (store.DeleteResult, int, error) {
 	var res store.DeleteResult
 	deleted := 0
@@ -146,7 +162,7 @@ func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKe
 		var handled, trees int
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, tenantID, roots)
+			step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, tenantID, roots[:min(len(roots), maxRootsPerTransaction)])
 			return err
 		})
 		if err != nil {
