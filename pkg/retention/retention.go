@@ -50,13 +50,19 @@ type Options struct {
 	Pacer *Pacer
 }
 
-// deleteConcurrency is how many bulk deletes run at once: two, one per core
-// of a small database server. They do not roll each other back as long as
-// each transaction stays within the store's bound on the trees it reads
-// (past it, PostgreSQL's serializable isolation locks whole tables), and
-// the pacer books the time of both as the time of one. The next page of
-// candidates is read while they run.
-const deleteConcurrency = 2
+// deleteConcurrency is how many bulk deletes run at once. Flat out (no
+// pacer), two, one per core of a small database server: they do not roll
+// each other back as long as each transaction stays within the store's
+// bound on the trees it reads (past it, PostgreSQL's serializable isolation
+// locks whole tables). Paced, one: two cost more database time per event
+// removed, and beside the tenants' own load that time is theirs. The next
+// page of candidates is read while they run.
+func deleteConcurrency(p *Pacer) int {
+	if p == nil {
+		return 2
+	}
+	return 1
+}
 
 // batchTimeout bounds one batch run under BatchContext: a batch the
 // database has not finished by then is a fault, not work.
@@ -122,7 +128,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 	}
 	// The delete of a batch runs while the next page is read.
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(deleteConcurrency)
+	g.SetLimit(deleteConcurrency(o.Pacer))
 	complete, err := forEachExpired(gctx, s, tenantID, policy, &o, func(batch []store.ExpiryCandidate) error {
 		g.Go(func() error {
 			start := time.Now()
