@@ -3,7 +3,6 @@ package crdb
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,20 +18,11 @@ func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, d doomed) (stor
 	err := tx.QueryRow(ctx, sqlDeleteInstanceRows, namedArgs{
 		"tenant_id": tenantID, "ids": d.ids, "tagged": nonNil(d.tagged), "prunable": nonNil(d.prunable),
 		"orchestrator_queued": nonNil(d.orchestratorQueued), "worker_queued": nonNil(d.workerQueued),
-		"shard": deleteShard(),
+		"shard": countShard(),
 	}).Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
 	r.QueueMessagesDeleted = orchestratorRows + workerRows
 	return r, err
 }
-
-// lastDeleteShard is the instance_counts shard the last delete took.
-var lastDeleteShard atomic.Int64
-
-// deleteShard picks the instance_counts shard a delete takes its instances
-// off: the shards in turn, not at random. Two deletes of this process that
-// run at once then never update the same counter row, which under
-// serializable isolation makes the later one roll back (concurrent update).
-func deleteShard() int64 { return lastDeleteShard.Add(1) % countShards }
 
 // purged reports a committed delete or prune transaction to the test hook.
 func (s *Store) purged(rows int64) {
@@ -193,7 +183,7 @@ func (s *Store) deleteInstancePiece(ctx context.Context, tx pgx.Tx, tenantID, in
 	var r store.DeleteResult
 	var orchestratorRows, workerRows, leases int64
 	budget := s.opts.MaxRowsPerTransaction
-	piece := namedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget / 2, "shard": deleteShard()}
+	piece := namedArgs{"tenant_id": tenantID, "instance_id": instanceID, "limit": budget / 2, "shard": countShard()}
 	err := tx.QueryRow(ctx, sqlDeletePieceQueues, piece).Scan(&orchestratorRows, &workerRows, &leases)
 	if err != nil {
 		return r, err
