@@ -13,10 +13,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/notify"
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/console"
+	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 // apiCommand runs the API service: `orchard api`.
@@ -26,7 +29,7 @@ func apiCommand() *cobra.Command {
 		publicKeyFile, jwksURL, signingKeyFile string
 		issuer, audience, secret, hints        string
 		algorithms                             []string
-		maxMessageBytes                        int
+		maxMessageBytes, dispatcherLoops       int
 		drain, shutdownDelay                   time.Duration
 		withConsole                            bool
 	)
@@ -46,7 +49,13 @@ in flight.
 Tokens are verified with the public keys of --jwt-public-key-file or the JWKS
 at --jwks-url, for the issuer and audience given. With --jwt-signing-key-file
 the Admin service can also mint tokens. API servers behind one load balancer
-must share --secret, which signs page and task tokens.`,
+must share --secret, which signs page and task tokens.
+
+With --dispatcher-loops the process also runs that many dispatcher loops,
+as ` + "`orchard dispatcher`" + ` would, beside the API: with local hints, a start, a
+task's result or an event wakes them at once, and an ack hands the tasks it
+schedules straight to the worker polls waiting in this process, with no
+claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run beside it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if databaseURL == "" {
@@ -85,7 +94,10 @@ must share --secret, which signs page and task tokens.`,
 				return err
 			}
 			defer shutdownTelemetry(tel)
-			pool, err := openPool(ctx, tel, databaseURL, 32)
+			if dispatcherLoops < 0 {
+				return fmt.Errorf("--dispatcher-loops %d: must be 0 (none) or more", dispatcherLoops)
+			}
+			pool, err := openPool(ctx, tel, databaseURL, int32(32+dispatcherLoops))
 			if err != nil {
 				return err
 			}
@@ -111,8 +123,14 @@ must share --secret, which signs page and task tokens.`,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
 			}
-			// Local hints stay in this process, which runs no dispatcher.
-			if hints == "postgres" {
+			var disp *dispatcher.Dispatcher
+			if dispatcherLoops > 0 {
+				if disp, err = colocatedDispatcher(tel, st, notifier, hints, dispatcherLoops, &cfg); err != nil {
+					return err
+				}
+			}
+			// Local hints reach this process's own dispatcher loops only.
+			if hints == "postgres" || hints == "local" && disp != nil {
 				hintedPolls(&cfg)
 			}
 			srv, err := api.New(cfg)
@@ -122,6 +140,13 @@ must share --secret, which signs page and task tokens.`,
 			if err := srv.Start(ctx); err != nil {
 				return err
 			}
+			if disp != nil {
+				// Its own context: the signal starts a drain, it does not
+				// cut the turns in flight.
+				if err := disp.Start(context.WithoutCancel(ctx)); err != nil {
+					return errors.Join(err, srv.Stop(context.WithoutCancel(ctx)))
+				}
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), "orchard api: listening on", srv.Addr())
 			<-ctx.Done()
 			srv.Drain()
@@ -129,7 +154,11 @@ must share --secret, which signs page and task tokens.`,
 			time.Sleep(shutdownDelay)
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 			defer cancel()
-			return srv.Stop(stopCtx)
+			err = srv.Stop(stopCtx)
+			if disp != nil {
+				err = errors.Join(err, disp.Stop(stopCtx))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -154,6 +183,8 @@ must share --secret, which signs page and task tokens.`,
 		"how long a draining server still serves while load balancers stop sending to it (env ORCHARD_SHUTDOWN_DELAY)")
 	f.DurationVar(&drain, "drain-timeout", envDuration("ORCHARD_DRAIN_TIMEOUT", 30*time.Second),
 		"how long calls in flight may finish at shutdown (env ORCHARD_DRAIN_TIMEOUT)")
+	f.IntVar(&dispatcherLoops, "dispatcher-loops", envInt("ORCHARD_API_DISPATCHER_LOOPS", 0),
+		"dispatcher loops to run in this process beside the API (env ORCHARD_API_DISPATCHER_LOOPS; 0: none)")
 	f.BoolVar(&withConsole, "console", envBool("ORCHARD_CONSOLE", false),
 		"serve the web console at /console/ (env ORCHARD_CONSOLE); it calls this API with its users' tokens")
 	return cmd
@@ -170,4 +201,24 @@ func deriveKey(secret, purpose string) []byte {
 		panic(err)
 	}
 	return key
+}
+
+// colocatedDispatcher is the dispatcher `orchard api --dispatcher-loops`
+// runs beside the API: it shares the API's hints and a hand-over of tasks
+// to the worker polls waiting in the process (set in cfg too). A poll that
+// comes within 100 ms of a query that found its queue empty skips its own
+// query, as in ` + "`orchard dev`" + `: the tasks no hint announces (a retry's
+// after its delay) are found that much later at most.
+func colocatedDispatcher(tel *telemetry.Telemetry, st store.Store, notifier notify.Notifier, hints string, loops int, cfg *api.Config) (*dispatcher.Dispatcher, error) {
+	metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Handoff = notify.NewHandoff(100 * time.Millisecond)
+	dcfg := dispatcher.Config{Store: st, Notifier: notifier, Handoff: cfg.Handoff, Loops: loops,
+		TracerProvider: tel.TracerProvider, Metrics: metrics}
+	if hints != "off" {
+		hintedDispatcherPolls(&dcfg)
+	}
+	return dispatcher.New(dcfg)
 }

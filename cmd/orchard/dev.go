@@ -19,14 +19,12 @@ import (
 
 	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/telemetry"
-	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	"github.com/orchardhq/orchard/schema"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/console"
-	"github.com/orchardhq/orchard/services/dispatcher"
 	"github.com/orchardhq/orchard/services/janitor"
 )
 
@@ -158,18 +156,18 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	defer closeHints()
-	// The API and the dispatcher share a process: an ack hands the tasks
-	// it schedules to the polls waiting here, with no claim, and a poll
-	// that comes within 100 ms of a query that found its queue empty skips
-	// its own (the tasks no hint announces, a retry's, are found that much
-	// later at most, beside the dispatcher's 100 ms for timers).
-	handoff := notify.NewHandoff(100 * time.Millisecond)
 	apiCfg := api.Config{
-		Store: st, Notifier: hints, Handoff: handoff, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
+		Store: st, Notifier: hints, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
 	}
 	if jan != nil {
 		apiCfg.Janitor = jan.Queue()
+	}
+	// The API and the dispatcher share a process: an ack hands the tasks
+	// it schedules to the polls waiting here, with no claim.
+	disp, err := colocatedDispatcher(tel, st, hints, o.hints, o.loops, &apiCfg)
+	if err != nil {
+		return err
 	}
 	if o.hints != "off" {
 		hintedPolls(&apiCfg)
@@ -179,18 +177,6 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	if err := apiSrv.Start(ctx); err != nil {
-		return err
-	}
-	metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
-	if err != nil {
-		return err
-	}
-	dispCfg := dispatcher.Config{Store: st, Notifier: hints, Handoff: handoff, Loops: o.loops, TracerProvider: tel.TracerProvider, Metrics: metrics}
-	if o.hints != "off" {
-		hintedDispatcherPolls(&dispCfg)
-	}
-	disp, err := dispatcher.New(dispCfg)
-	if err != nil {
 		return err
 	}
 	if err := disp.Start(context.WithoutCancel(ctx)); err != nil {

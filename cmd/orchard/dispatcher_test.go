@@ -26,15 +26,8 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // (SIGTERM): not ready first, then stopped.
 func TestDispatcherCommand(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t, 8)
-	url := pool.Config().ConnString()
-	st := crdb.New(pool, crdb.Options{})
+	st, url := oneActivityTenant(t, "cmd")
 	ctx := t.Context()
-	require.NoError(t, st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "cmd"}))
-	def, err := engine.ParseDefinition([]byte(`{"name":"one","version":"1","steps":[{"id":"a","activity":{"name":"echo","task_queue":"q","input":"${ input }"}}],"output":"${ steps.a.output }"}`))
-	require.NoError(t, err)
-	_, err = st.RegisterDefinition(ctx, &store.RegisterDefinitionParams{TenantID: "cmd", Name: "one", Version: "1", Document: def.Document()})
-	require.NoError(t, err)
 	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: json.RawMessage(`"hello"`)})
 	require.NoError(t, err)
 	_, err = st.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "cmd", InstanceID: "i", Name: "one", Version: "1",
@@ -87,6 +80,20 @@ func TestDispatcherCommand(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the dispatcher did not stop")
 	}
+}
+
+// oneActivityTenant makes a tenant with the definition "one" (version 1):
+// an activity "echo" on task queue "q" whose output is the orchestration's.
+// It returns the store and the URL of its database.
+func oneActivityTenant(t *testing.T, tenant string) (*crdb.Store, string) {
+	pool := testdb.Pool(t, 8)
+	st := crdb.New(pool, crdb.Options{})
+	require.NoError(t, st.CreateTenant(t.Context(), &store.CreateTenantParams{TenantID: tenant}))
+	def, err := engine.ParseDefinition([]byte(`{"name":"one","version":"1","steps":[{"id":"a","activity":{"name":"echo","task_queue":"q","input":"${ input }"}}],"output":"${ steps.a.output }"}`))
+	require.NoError(t, err)
+	_, err = st.RegisterDefinition(t.Context(), &store.RegisterDefinitionParams{TenantID: tenant, Name: "one", Version: "1", Document: def.Document()})
+	require.NoError(t, err)
+	return st, pool.Config().ConnString()
 }
 
 func freeAddr(t *testing.T) string {
