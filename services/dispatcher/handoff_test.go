@@ -52,13 +52,7 @@ func TestAnAckHandsItsTaskToAWaitingPoll(t *testing.T) {
 	s.handoffSystem(handoff, hints, nil)
 	s.start("one", "one", 7, nil)
 
-	select {
-	case <-wait.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("the scheduled task was not handed to the waiting place")
-	}
-	items, pending := wait.Withdraw()
-	require.False(t, pending)
+	items := delivered(t, wait, "the scheduled task was not handed to the waiting place")
 	require.Len(t, items, 1)
 	it := items[0]
 	require.Equal(t, "one", it.InstanceID)
@@ -129,13 +123,21 @@ func TestAnAckThatDidNotHoldDeliversNothing(t *testing.T) {
 		require.NoError(t, err)
 	})
 	s.start("one", "one", 7, nil)
+	items := delivered(t, wait, "the taken place got no word of its ack")
+	require.Empty(t, items, "a task of a turn that did not hold was handed over")
+	require.Zero(t, s.rows("worker_queue"))
+}
+
+// delivered waits for a delivery to the place (failing with why after a
+// minute) and returns what it holds.
+func delivered(t *testing.T, wait *notify.TaskWait, why string) []*store.WorkItem {
+	t.Helper()
 	select {
 	case <-wait.Done():
 	case <-time.After(time.Minute):
-		t.Fatal("the taken place got no word of its ack")
+		t.Fatal(why)
 	}
 	items, pending := wait.Withdraw()
-	require.False(t, pending)
-	require.Empty(t, items, "a task of a turn that did not hold was handed over")
-	require.Zero(t, s.rows("worker_queue"))
+	require.False(t, pending, "a delivered place is not pending")
+	return items
 }
