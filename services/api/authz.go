@@ -19,6 +19,9 @@ type access struct {
 	// starve its workers of the calls that finish what it started (and
 	// leave its instances piling up, running).
 	worker bool
+	// longPoll marks the calls that wait for work to come. They take no
+	// slot of Config.CallShare: they would hold it while they wait.
+	longPoll bool
 }
 
 var (
@@ -36,7 +39,7 @@ var accessRules = map[string]access{
 	orchardv1connect.ClientServiceRaiseEventProcedure:          {roles: clientRole},
 	orchardv1connect.ClientServiceCancelInstanceProcedure:      {roles: clientRole},
 	orchardv1connect.ClientServiceGetInstanceProcedure:         {roles: clientRole},
-	orchardv1connect.ClientServiceWaitForCompletionProcedure:   {roles: clientRole},
+	orchardv1connect.ClientServiceWaitForCompletionProcedure:   {roles: clientRole, longPoll: true},
 	orchardv1connect.ClientServiceGetHistoryProcedure:          {roles: clientRole},
 	orchardv1connect.ClientServiceListExecutionsProcedure:      {roles: clientRole},
 	orchardv1connect.ClientServiceListInstancesProcedure:       {roles: clientRole},
@@ -48,7 +51,7 @@ var accessRules = map[string]access{
 	orchardv1connect.ClientServicePruneExecutionsBulkProcedure: {roles: clientRole},
 	orchardv1connect.ClientServiceGetOperationProcedure:        {roles: clientRole},
 
-	orchardv1connect.WorkerServicePollActivityTaskProcedure:      {roles: workerRole, worker: true},
+	orchardv1connect.WorkerServicePollActivityTaskProcedure:      {roles: workerRole, worker: true, longPoll: true},
 	orchardv1connect.WorkerServiceHeartbeatActivityTaskProcedure: {roles: workerRole, worker: true},
 	orchardv1connect.WorkerServiceCompleteActivityTaskProcedure:  {roles: workerRole, worker: true},
 	orchardv1connect.WorkerServiceFailActivityTaskProcedure:      {roles: workerRole, worker: true},

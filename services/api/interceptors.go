@@ -135,8 +135,11 @@ type tenantKey struct{}
 // admitTenant lets a tenant's call through when the tenant is registered,
 // active (a suspended tenant's tenant-admin may still read) and within its
 // request rate: its workers' calls and its other calls each have a bucket of
-// that rate (see access.worker). The tenant's row goes into the context for
-// the handlers. Admin calls have no tenant of their own and skip this.
+// that rate (see access.worker). Then, long polls aside, the call takes a
+// slot of the process's share of calls in flight (Config.CallShare), where a
+// tenant past its share waits behind the others. The tenant's row goes into
+// the context for the handlers. Admin calls have no tenant of their own and
+// skip this.
 func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -157,6 +160,13 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 			}
 			if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
 				return nil, err
+			}
+			if !rule.longPoll {
+				release, err := s.cfg.CallShare.Acquire(ctx, id.Tenant)
+				if err != nil {
+					return nil, err
+				}
+				defer release()
 			}
 			return next(context.WithValue(ctx, tenantKey{}, t), req)
 		}

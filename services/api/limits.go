@@ -8,6 +8,17 @@ import (
 // The limits the API enforces, in force with their defaults (a zero field
 // means the default).
 
+// DefaultCallsInFlight is how many calls, long polls aside, the API of one
+// process runs at once by default: below the connections its pool has for
+// them (`orchard dev`: 16 beside the dispatcher loops'), so that the long
+// polls' queries and the dispatcher loops do not queue behind them.
+// DefaultCallsWaiting bounds a tenant's calls waiting for one; beyond it
+// they are refused (ResourceExhausted, calls_in_flight).
+const (
+	DefaultCallsInFlight = 12
+	DefaultCallsWaiting  = 128
+)
+
 // requestRate is the tenant's request rate for the rate limiter.
 func requestRate(l store.Limits) tenancy.Rate {
 	e := l.Effective()

@@ -59,6 +59,13 @@ type Config struct {
 	MeterProvider  metric.MeterProvider
 	// RateLimiter holds the tenants' request buckets; default a new one.
 	RateLimiter *tenancy.RateLimiter
+	// CallShare bounds the tenants' calls in flight in this process, long
+	// polls aside, and shares them fairly when they are more (see
+	// tenancy.FairShare); default DefaultCallsInFlight slots, with at most
+	// DefaultCallsWaiting calls of a tenant waiting. Keep it below the
+	// database connections the API has: the share is then where calls
+	// queue, instead of the pool, which serves them in arrival order.
+	CallShare *tenancy.FairShare
 	// TenantCacheTTL is how long a tenant's row (state, limits) is reused
 	// before it is read again (default 2s): how late a suspension or a new
 	// limit takes effect on other servers.
@@ -125,6 +132,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.RateLimiter == nil {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
+	}
+	if c.CallShare == nil {
+		c.CallShare = tenancy.NewFairShare(DefaultCallsInFlight, DefaultCallsWaiting)
 	}
 	c.TenantCacheTTL = cmp.Or(c.TenantCacheTTL, 2*time.Second)
 	c.EraseGrace = cmp.Or(c.EraseGrace, EraseGrace)
