@@ -7,15 +7,22 @@
 -- still runs, and whether it has tags or a prunable row (an instance half
 -- deleted, too big for one transaction, may have anything). Roots are judged
 -- again here, in the delete's transaction: a root whose completion time is
--- not the one it was chosen by has been replaced since.
+-- not the one it was chosen by has been replaced since. The roots' rows are
+-- read by the primary key, whose pages the delete then finds in memory, and
+-- the members below them from instances_members.
 SELECT i.root_instance_id, i.instance_id, i.completed_at,
 	i.status IN ('Completed', 'Failed', 'Cancelled'),
 	i.status = 'Running', i.deleting,
 	i.execution_count, i.event_count, i.tags <> '{}'::JSONB,
 	(SELECT count(*) FROM orchestrator_queue q WHERE q.tenant_id = @tenant_id AND q.instance_id = i.instance_id),
 	(SELECT count(*) FROM worker_queue w WHERE w.tenant_id = @tenant_id AND w.instance_id = i.instance_id)
-FROM instances i
-WHERE i.tenant_id = @tenant_id AND i.root_instance_id = ANY(@roots::TEXT[]);
+FROM (
+	SELECT root_instance_id, instance_id, completed_at, status, deleting, execution_count, event_count, tags FROM instances
+	WHERE tenant_id = @tenant_id AND instance_id = ANY(@roots::TEXT[]) AND parent_instance_id IS NULL
+	UNION ALL
+	SELECT root_instance_id, instance_id, completed_at, status, deleting, execution_count, event_count, tags FROM instances
+	WHERE tenant_id = @tenant_id AND root_instance_id = ANY(@roots::TEXT[]) AND parent_instance_id IS NOT NULL
+) i;
 
 -- name: DeleteInstanceRows
 -- Removes instances with everything they own, touching each table once, and

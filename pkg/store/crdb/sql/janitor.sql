@@ -33,10 +33,17 @@ ORDER BY completed_at, instance_id LIMIT @limit;
 
 -- name: SummarizeTrees
 -- Per root, what deleting its tree would remove, and whether every member
--- is terminal (or half deleted).
+-- is terminal (or half deleted): the root by the primary key, the members
+-- below it from instances_members.
 SELECT root_instance_id, count(*), sum(execution_count)::INT8, sum(event_count)::INT8,
 	bool_and(status IN ('Completed', 'Failed', 'Cancelled') OR deleting)
-FROM instances WHERE tenant_id = @tenant_id AND root_instance_id = ANY(@root_ids::TEXT[])
+FROM (
+	SELECT root_instance_id, execution_count, event_count, status, deleting FROM instances
+	WHERE tenant_id = @tenant_id AND instance_id = ANY(@root_ids::TEXT[]) AND parent_instance_id IS NULL
+	UNION ALL
+	SELECT root_instance_id, execution_count, event_count, status, deleting FROM instances
+	WHERE tenant_id = @tenant_id AND root_instance_id = ANY(@root_ids::TEXT[]) AND parent_instance_id IS NOT NULL
+) m
 GROUP BY root_instance_id;
 
 -- name: ListChainCandidates

@@ -56,10 +56,15 @@ FROM tree t JOIN instances i ON i.tenant_id = @tenant_id AND i.instance_id = t.i
 ORDER BY t.depth DESC, t.instance_id;
 
 -- name: GetInstanceTree
--- The whole tree an instance belongs to, by its root: one range of the
--- index instances_root, walked in Go (a recursive query would probe the
--- index once per instance, leaves included;
--- docs/decisions/store-trees-by-root.md).
-SELECT instance_id, COALESCE(parent_instance_id, '') FROM instances
-WHERE tenant_id = @tenant_id AND NOT deleting AND root_instance_id = (
-	SELECT root_instance_id FROM instances WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting);
+-- The whole tree an instance belongs to, by its root: the root's row, and
+-- the members below it in one range of the index instances_members, walked
+-- in Go (a recursive query would probe the index once per instance, leaves
+-- included; docs/decisions/store-trees-by-root.md).
+WITH r AS (
+	SELECT root_instance_id FROM instances WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting
+)
+SELECT instance_id, '' FROM instances
+WHERE tenant_id = @tenant_id AND NOT deleting AND parent_instance_id IS NULL AND instance_id = (SELECT root_instance_id FROM r)
+UNION ALL
+SELECT instance_id, parent_instance_id FROM instances
+WHERE tenant_id = @tenant_id AND NOT deleting AND parent_instance_id IS NOT NULL AND root_instance_id = (SELECT root_instance_id FROM r);
