@@ -44,6 +44,8 @@ type RateLimiter struct {
 type tenantBucket struct {
 	lim      *rate.Limiter
 	lastUsed time.Time
+	// promised is the latest time a refused request was told to come back.
+	promised time.Time
 }
 
 // NewRateLimiter returns an empty RateLimiter.
@@ -73,8 +75,9 @@ type Rate struct {
 // Allow takes one request from a bucket, sized by rate. The bucket is named
 // by its caller: a tenant, or one of a tenant's budgets (the API keeps its
 // workers' calls apart). When the bucket is empty it returns an
-// *ExhaustedError for ResourceRequests whose RetryAfter is when the next
-// request will pass.
+// *ExhaustedError for ResourceRequests whose RetryAfter is when the request
+// may pass: the next token, or for requests refused while others wait to
+// come back, the token after theirs (see retryAfterLocked).
 func (r *RateLimiter) Allow(bucket string, rt Rate) error {
 	perSecond := rate.Limit(rt.PerSecond)
 	now := r.now()
@@ -101,9 +104,26 @@ func (r *RateLimiter) Allow(bucket string, rt Rate) error {
 	if b.lim.AllowN(now, 1) {
 		return nil
 	}
-	missing := 1 - b.lim.TokensAt(now)
-	wait := time.Duration(math.Ceil(missing / float64(perSecond) * float64(time.Second)))
-	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(rt.Burst), RetryAfter: max(wait, time.Millisecond)}
+	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(rt.Burst), RetryAfter: b.retryAfterLocked(now, rt)}
+}
+
+// retryAfterLocked is the retry hint of a request the bucket refused: the
+// time of the next token, after those promised to the requests refused
+// before it, one token each, up to the time the bucket takes to fill. The
+// time of the next token alone, the same for all, would bring every caller
+// refused meanwhile back at once, to take one token between them and be
+// refused again, each refusal a call the server and the client pay for.
+func (b *tenantBucket) retryAfterLocked(now time.Time, rt Rate) time.Duration {
+	perToken := float64(time.Second) / rt.PerSecond
+	next := now.Add(time.Duration(math.Ceil((1 - b.lim.TokensAt(now)) * perToken)))
+	if after := b.promised.Add(time.Duration(math.Ceil(perToken))); after.After(next) {
+		next = after
+	}
+	if limit := now.Add(time.Duration(math.Ceil(float64(rt.Burst) * perToken))); next.After(limit) {
+		next = limit
+	}
+	b.promised = next
+	return max(next.Sub(now), time.Millisecond)
 }
 
 // Len is the number of tenants with a limiter.

@@ -159,3 +159,38 @@ func TestRateLimiterConcurrent(t *testing.T) {
 	}
 	require.Equal(t, 200, allowed, "exactly the burst of each of the two tenants")
 }
+
+// TestRateLimiterSpreadsRefusedCallers: requests refused one after another
+// are told to come back a token apart, not all at the next token, up to the
+// time the bucket takes to fill; once those times have passed, a refusal's
+// hint is the next token again.
+func TestRateLimiterSpreadsRefusedCallers(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	rl := tenancy.NewRateLimiter(tenancy.RateLimiterConfig{Now: clock.Now})
+	r := tenancy.Rate{PerSecond: 10, Burst: 3}
+	retryAfter := func() time.Duration {
+		t.Helper()
+		var ex *tenancy.ExhaustedError
+		require.ErrorAs(t, rl.Allow("acme", r), &ex)
+		return ex.RetryAfter
+	}
+	for range 3 {
+		require.NoError(t, rl.Allow("acme", r))
+	}
+	var hints []time.Duration
+	for range 5 {
+		hints = append(hints, retryAfter())
+	}
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 300 * ms, 300 * ms, 300 * ms}, hints)
+
+	// The first caller back finds its token.
+	clock.Advance(100 * ms)
+	require.NoError(t, rl.Allow("acme", r))
+	clock.Advance(time.Second)
+	for range 3 {
+		require.NoError(t, rl.Allow("acme", r))
+	}
+	require.Equal(t, 100*ms, retryAfter())
+}
