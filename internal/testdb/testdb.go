@@ -135,7 +135,46 @@ func EmptyURL(tb testing.TB) string {
 	return newDatabase(tb, false)
 }
 
+// Clone returns a pool on a new database copied from the database of src,
+// which it closes first (PostgreSQL copies only a database nobody is
+// connected to), and which stays until the test ends, as does the copy:
+// data made once and used afresh by each iteration of a benchmark. ok is
+// false on CockroachDB, which has no database templates; src is left open
+// then.
+func Clone(tb testing.TB, src *pgxpool.Pool, maxConns int32) (pool *pgxpool.Pool, ok bool) {
+	tb.Helper()
+	if SharedServer(tb).Cockroach {
+		return nil, false
+	}
+	src.Close()
+	return poolOn(tb, newDatabaseFrom(tb, src.Config().ConnConfig.Database), maxConns), true
+}
+
 func newDatabase(tb testing.TB, migrated bool) string {
+	tb.Helper()
+	switch {
+	case !migrated:
+		return newDatabaseFrom(tb, "")
+	case !SharedServer(tb).Cockroach:
+		return newDatabaseFrom(tb, shared.template)
+	}
+	dbURL := newDatabaseFrom(tb, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mconn, err := connectTraced(ctx, dbURL)
+	if err != nil {
+		tb.Fatalf("testdb: connect: %v", err)
+	}
+	defer mconn.Close(ctx)
+	if _, err := schema.Migrate(ctx, mconn); err != nil {
+		tb.Fatalf("testdb: migrate: %v", err)
+	}
+	return dbURL
+}
+
+// newDatabaseFrom creates a database, dropped when the test ends: a copy of
+// template when one is named (PostgreSQL only), else empty.
+func newDatabaseFrom(tb testing.TB, template string) string {
 	tb.Helper()
 	srv := SharedServer(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -147,25 +186,14 @@ func newDatabase(tb testing.TB, migrated bool) string {
 	}
 	defer conn.Close(ctx)
 	create := "CREATE DATABASE " + name
-	if migrated && !srv.Cockroach {
-		create += " TEMPLATE " + shared.template + " STRATEGY FILE_COPY"
+	if template != "" {
+		create += " TEMPLATE " + template + " STRATEGY FILE_COPY"
 	}
 	if _, err := conn.Exec(ctx, create); err != nil {
 		tb.Fatalf("testdb: %s: %v", create, err)
 	}
-	dbURL := withDatabase(srv.URL, name)
 	tb.Cleanup(func() { dropDatabase(srv.URL, name) })
-	if migrated && srv.Cockroach {
-		mconn, err := connectTraced(ctx, dbURL)
-		if err != nil {
-			tb.Fatalf("testdb: connect: %v", err)
-		}
-		defer mconn.Close(ctx)
-		if _, err := schema.Migrate(ctx, mconn); err != nil {
-			tb.Fatalf("testdb: migrate: %v", err)
-		}
-	}
-	return dbURL
+	return withDatabase(srv.URL, name)
 }
 
 // Pool returns a pool on a fresh, migrated database, closed when the test ends.
