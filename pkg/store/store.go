@@ -273,6 +273,24 @@ type StartOrchestrationParams struct {
 	// the tenant already has that many running instances, judged in the
 	// start's own statement (concurrent starts may pass it together).
 	MaxRunning *int64
+	// Eager, when set, leases the new instance in the start's transaction
+	// to a dispatcher loop of this process that waits for work (eager
+	// start, see notify.Handoff): the first turn needs no claim.
+	Eager *EagerLease
+}
+
+// EagerLease asks a write that makes an instance due (a start, a task's
+// completion) to lease the instance in its own transaction, as a claim
+// would (FetchOrchestrationItems), to a dispatcher loop waiting in the
+// caller's process. It is only a chance: nothing is leased when the
+// instance is leased already. The call sets Item.
+type EagerLease struct {
+	// Token and Duration are the lease's.
+	Token    string
+	Duration time.Duration
+	// Item is set by the call when it leased the instance: exactly what a
+	// claim of it would have returned. Nil otherwise.
+	Item *OrchestrationItem
 }
 
 // StartOrchestrationResult tells what was created.
@@ -457,6 +475,9 @@ type AckWorkItemParams struct {
 	// TraceContext is the W3C traceparent stored with Result (at most 64
 	// bytes; empty for none): the turn that consumes it continues it.
 	TraceContext string
+	// Eager, with a Result, leases the task's instance in the same
+	// transaction when it is free (eager completion, see EagerLease).
+	Eager *EagerLease
 }
 
 // AbandonWorkItemParams releases a task.

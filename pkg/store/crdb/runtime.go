@@ -64,22 +64,46 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		}
 	}
 	now := s.now()
+	until, err := eagerLease(p.Eager, now)
+	if err != nil {
+		return nil, err
+	}
+	token := uuid.NewString()
+	if p.Eager != nil {
+		token = p.Eager.Token
+	}
 	var created bool
-	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+	var leased leasedInputs
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		b.Queue(sqlStartOrchestration, namedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
-			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning})
+			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning,
+			"lease_token": token, "leased_until": until})
+		if p.Eager != nil {
+			s.queueLeasedInputs(b, token, now)
+		}
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		created = tag.RowsAffected() == 1
-		return err
+		if err != nil || p.Eager == nil {
+			return err
+		}
+		return leased.read(br)
 	})
 	if err != nil {
+		if p.Eager != nil {
+			s.releaseFailedClaim(ctx, token)
+		}
 		return nil, err
 	}
 	if !created {
 		return nil, s.startRefusal(ctx, p)
+	}
+	if p.Eager != nil {
+		if err := s.eagerItem(ctx, p.Eager, &leased, until); err != nil {
+			return nil, err
+		}
 	}
 	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
 }
@@ -368,19 +392,7 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 	now := s.now()
 	token := uuid.NewString()
 	until := now + p.LeaseDuration.Milliseconds()
-	var (
-		claimed  []store.Instance // InstanceID and TenantID always set; Name empty for a zombie
-		history  map[string][]store.HistoryEvent
-		messages map[string][]store.QueuedMessage
-		// claimCounts and strikes: the claims and strikes columns of each
-		// lease row after the claim.
-		claimCounts, strikes map[string]int64
-		// retention: what governs each instance, from its tenant's policy
-		// (decoded from policyJSON) and its own override.
-		retention    map[string]store.Retention
-		policyJSON   []byte
-		tenantPolicy store.RetentionPolicy
-	)
+	var leased leasedInputs
 	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		claim := namedArgs{"now": now, "token": token, "until": until, "max": max}
 		if p.TenantID != "" {
@@ -392,92 +404,130 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			s.mu.Unlock()
 			b.Queue(sqlClaimForAnyTenant, claim)
 		}
-		b.Queue(sqlLeasedInputs, namedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
+		s.queueLeasedInputs(b, token, now)
 	}, func(br pgx.BatchResults) error {
-		claimed, history, messages = nil, map[string][]store.HistoryEvent{}, map[string][]store.QueuedMessage{}
-		claimCounts, strikes, retention = map[string]int64{}, map[string]int64{}, map[string]store.Retention{}
-		policyJSON = nil
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var in store.Instance
-			var exists bool
-			var claims, struck int64
-			var status, name, version, root *string
-			var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
-			var policy []byte
-			var h struct {
-				ids, created []int64
-				kinds        []string
-				payloads     [][]byte
-			}
-			var m struct {
-				ids, kinds, traces           []string
-				executions, visible, created []int64
-				payloads                     [][]byte
-			}
-			if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &struck, &exists, &name, &version, &status, &execID,
-				&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
-				&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount, &in.Retention, &policy,
-				&h.ids, &h.kinds, &h.payloads, &h.created,
-				&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created, &m.traces); err != nil {
-				return err
-			}
-			if exists {
-				in.Name, in.Version, in.Status = *name, *version, store.Status(*status)
-				in.CurrentExecutionID, in.RootInstanceID = *execID, *root
-				in.CreatedAt, in.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
-				in.CompletedAt = fromNullMillis(completedAt)
-				in.ExecutionCount, in.EventCount = *execCount, *eventCount
-			}
-			if exists {
-				if !bytes.Equal(policy, policyJSON) {
-					// The leases of one fetch are one tenant's: decoded once.
-					policyJSON, tenantPolicy = policy, store.RetentionPolicy{}
-					if err := json.Unmarshal(policy, &tenantPolicy); err != nil {
-						return fmt.Errorf("tenant %q: stored retention policy: %w", in.TenantID, err)
-					}
-				}
-				retention[in.InstanceID] = tenantPolicy.For(in.Name, in.Retention)
-			}
-			claimed = append(claimed, in)
-			claimCounts[in.InstanceID], strikes[in.InstanceID] = claims, struck
-			for i, id := range h.ids {
-				history[in.InstanceID] = append(history[in.InstanceID], store.HistoryEvent{
-					EventID: id, Kind: h.kinds[i], Payload: h.payloads[i], CreatedAt: fromMillis(h.created[i])})
-			}
-			for i, id := range m.ids {
-				messages[in.InstanceID] = append(messages[in.InstanceID], store.QueuedMessage{
-					ID: id, InstanceID: in.InstanceID, ExecutionID: m.executions[i],
-					Message:   store.Message{Kind: m.kinds[i], Payload: m.payloads[i]},
-					VisibleAt: fromMillis(m.visible[i]), CreatedAt: fromMillis(m.created[i]), TraceContext: m.traces[i]})
-			}
-		}
-		return rows.Err()
+		return leased.read(br)
 	})
 	if err != nil {
-		// COMMIT travels with the statements: a failure while reading the
-		// results (a cancelled context, a row that will not scan) may come
-		// after the claim committed. Let go of the leases we may hold, so
-		// the instances are not blocked until they expire.
-		// Due now: whoever claims them next sorts out what they hold.
-		_, _ = s.pool.Exec(context.WithoutCancel(ctx), sqlReleaseFailedClaim, namedArgs{"token": token})
+		s.releaseFailedClaim(ctx, token)
 		return nil, false, err
 	}
-	if len(claimed) > 0 && p.TenantID == "" {
+	if len(leased.claimed) > 0 && p.TenantID == "" {
 		s.mu.Lock()
-		s.orchestratorTurn = claimed[0].TenantID
+		s.orchestratorTurn = leased.claimed[0].TenantID
 		s.mu.Unlock()
 	}
-	for _, in := range claimed {
+	return s.leasedItems(ctx, &leased, token, until)
+}
+
+// releaseFailedClaim lets go of the leases a transaction that leased
+// instances (a fetch, an eager start or completion) may hold when it
+// failed: COMMIT travels with the statements, so a failure while reading
+// the results (a cancelled context, a row that will not scan) may come
+// after the leases committed, and the instances would be blocked until
+// they expire. Due now: whoever claims them next sorts out what they hold.
+func (s *Store) releaseFailedClaim(ctx context.Context, token string) {
+	_, _ = s.pool.Exec(context.WithoutCancel(ctx), sqlReleaseFailedClaim, namedArgs{"token": token})
+}
+
+// queueLeasedInputs queues the read of what the turns of the instances
+// leased under token need, after the statement that leased them.
+func (s *Store) queueLeasedInputs(b *pgx.Batch, token string, now int64) {
+	b.Queue(sqlLeasedInputs, namedArgs{"token": token, "now": now, "max_messages": s.opts.MaxMessagesPerTurn})
+}
+
+// leasedInputs is what LeasedInputs read of the instances leased under one
+// token.
+type leasedInputs struct {
+	claimed  []store.Instance // InstanceID and TenantID always set; Name empty for a zombie
+	history  map[string][]store.HistoryEvent
+	messages map[string][]store.QueuedMessage
+	// claimCounts and strikes: the claims and strikes columns of each
+	// lease row after the claim.
+	claimCounts, strikes map[string]int64
+	// retention: what governs each instance, from its tenant's policy
+	// (decoded from policyJSON) and its own override.
+	retention    map[string]store.Retention
+	policyJSON   []byte
+	tenantPolicy store.RetentionPolicy
+}
+
+// read reads LeasedInputs' rows; it starts afresh, for a retried batch.
+func (r *leasedInputs) read(br pgx.BatchResults) error {
+	*r = leasedInputs{history: map[string][]store.HistoryEvent{}, messages: map[string][]store.QueuedMessage{},
+		claimCounts: map[string]int64{}, strikes: map[string]int64{}, retention: map[string]store.Retention{}}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var in store.Instance
+		var exists bool
+		var claims, struck int64
+		var status, name, version, root *string
+		var execID, createdAt, updatedAt, execCount, eventCount, completedAt *int64
+		var policy []byte
+		var h struct {
+			ids, created []int64
+			kinds        []string
+			payloads     [][]byte
+		}
+		var m struct {
+			ids, kinds, traces           []string
+			executions, visible, created []int64
+			payloads                     [][]byte
+		}
+		if err := rows.Scan(&in.TenantID, &in.InstanceID, &claims, &struck, &exists, &name, &version, &status, &execID,
+			&in.ParentInstanceID, &root, &in.Input, &in.Output, &in.Error,
+			&in.Tags, &createdAt, &updatedAt, &completedAt, &execCount, &eventCount, &in.Retention, &policy,
+			&h.ids, &h.kinds, &h.payloads, &h.created,
+			&m.ids, &m.executions, &m.kinds, &m.payloads, &m.visible, &m.created, &m.traces); err != nil {
+			return err
+		}
+		if exists {
+			in.Name, in.Version, in.Status = *name, *version, store.Status(*status)
+			in.CurrentExecutionID, in.RootInstanceID = *execID, *root
+			in.CreatedAt, in.UpdatedAt = fromMillis(*createdAt), fromMillis(*updatedAt)
+			in.CompletedAt = fromNullMillis(completedAt)
+			in.ExecutionCount, in.EventCount = *execCount, *eventCount
+			if !bytes.Equal(policy, r.policyJSON) {
+				// The leases of one fetch are one tenant's: decoded once.
+				r.policyJSON, r.tenantPolicy = policy, store.RetentionPolicy{}
+				if err := json.Unmarshal(policy, &r.tenantPolicy); err != nil {
+					return fmt.Errorf("tenant %q: stored retention policy: %w", in.TenantID, err)
+				}
+			}
+			r.retention[in.InstanceID] = r.tenantPolicy.For(in.Name, in.Retention)
+		}
+		r.claimed = append(r.claimed, in)
+		r.claimCounts[in.InstanceID], r.strikes[in.InstanceID] = claims, struck
+		for i, id := range h.ids {
+			r.history[in.InstanceID] = append(r.history[in.InstanceID], store.HistoryEvent{
+				EventID: id, Kind: h.kinds[i], Payload: h.payloads[i], CreatedAt: fromMillis(h.created[i])})
+		}
+		for i, id := range m.ids {
+			r.messages[in.InstanceID] = append(r.messages[in.InstanceID], store.QueuedMessage{
+				ID: id, InstanceID: in.InstanceID, ExecutionID: m.executions[i],
+				Message:   store.Message{Kind: m.kinds[i], Payload: m.payloads[i]},
+				VisibleAt: fromMillis(m.visible[i]), CreatedAt: fromMillis(m.created[i]), TraceContext: m.traces[i]})
+		}
+	}
+	return rows.Err()
+}
+
+// leasedItems makes the items of the instances leased under token until
+// until, after their commit. It consumes the messages of instances that
+// are gone and lets go of instances whose messages another dispatcher
+// consumed meanwhile, and then reports again: the caller may look for
+// other work.
+func (s *Store) leasedItems(ctx context.Context, r *leasedInputs, token string, until int64) (items []*store.OrchestrationItem, again bool, err error) {
+	for _, in := range r.claimed {
 		lease := store.OrchestrationLease{TenantID: in.TenantID, InstanceID: in.InstanceID, Token: token, ExpiresAt: fromMillis(until)}
-		msgs := messages[in.InstanceID]
+		msgs := r.messages[in.InstanceID]
 		switch {
 		case in.Name == "":
 			if err := s.consumeZombies(ctx, lease, msgs); err != nil {
@@ -493,16 +543,39 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 			}
 			again = true
 		default:
-			h := history[in.InstanceID]
+			h := r.history[in.InstanceID]
 			slices.SortFunc(h, func(a, b store.HistoryEvent) int { return cmp.Compare(a.EventID, b.EventID) })
 			slices.SortStableFunc(msgs, func(a, b store.QueuedMessage) int {
 				return cmp.Or(a.VisibleAt.Compare(b.VisibleAt), a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 			})
 			items = append(items, &store.OrchestrationItem{Lease: lease, Instance: in, History: h, Messages: msgs,
-				Claims: claimCounts[in.InstanceID], Strikes: strikes[in.InstanceID], Retention: retention[in.InstanceID]})
+				Claims: r.claimCounts[in.InstanceID], Strikes: r.strikes[in.InstanceID], Retention: r.retention[in.InstanceID]})
 		}
 	}
 	return items, again, nil
+}
+
+// eagerLease checks an EagerLease and returns its end (milliseconds; 0
+// for none).
+func eagerLease(e *store.EagerLease, now int64) (int64, error) {
+	if e == nil {
+		return 0, nil
+	}
+	e.Item = nil
+	if e.Duration <= 0 || !validToken(e.Token) {
+		return 0, invalid("an eager lease needs a positive duration and a token that is a UUID")
+	}
+	return now + e.Duration.Milliseconds(), nil
+}
+
+// eagerItem sets e.Item to the instance an eager start or completion
+// leased under e's token (none when it leased nothing), after the commit.
+func (s *Store) eagerItem(ctx context.Context, e *store.EagerLease, r *leasedInputs, until int64) error {
+	items, _, err := s.leasedItems(ctx, r, e.Token, until)
+	if len(items) == 1 {
+		e.Item = items[0]
+	}
+	return err
 }
 
 // consumeZombies deletes the messages of an instance that does not exist

@@ -121,25 +121,50 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		return workLeaseLost(p.Lease)
 	}
 	now := s.now()
+	eager := p.Eager
+	if p.Result == nil {
+		eager = nil
+	}
+	until, err := eagerLease(eager, now)
+	if err != nil {
+		return err
+	}
 	var done bool
-	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+	var leased leasedInputs
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		lease := namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
 		if p.Result == nil {
 			b.Queue(sqlAckWork, lease)
 			return
 		}
 		lease["kind"], lease["payload"], lease["now"], lease["trace_context"] = p.Result.Kind, p.Result.Payload, now, p.TraceContext
+		lease["lease_token"], lease["leased_until"] = nil, until
+		if eager != nil {
+			lease["lease_token"] = eager.Token
+		}
 		b.Queue(sqlAckWorkWithResult, lease)
+		if eager != nil {
+			s.queueLeasedInputs(b, eager.Token, now)
+		}
 	}, func(br pgx.BatchResults) error {
 		tag, err := br.Exec()
 		done = tag.RowsAffected() == 1
-		return err
+		if err != nil || eager == nil {
+			return err
+		}
+		return leased.read(br)
 	})
 	if err != nil {
+		if eager != nil {
+			s.releaseFailedClaim(ctx, eager.Token)
+		}
 		return err
 	}
 	if !done {
 		return workLeaseLost(p.Lease)
+	}
+	if eager != nil {
+		return s.eagerItem(ctx, eager, &leased, until)
 	}
 	return nil
 }

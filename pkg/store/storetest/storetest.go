@@ -51,6 +51,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"FetchCarriesRetention", testFetchCarriesRetention},
 		{"StartTakenID", testStartTakenID},
 		{"StartMaxRunning", testStartMaxRunning},
+		{"EagerStart", testEagerStart},
+		{"EagerCompletion", testEagerCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"WithdrawMessages", testWithdrawMessages},

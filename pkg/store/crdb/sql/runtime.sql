@@ -22,10 +22,12 @@
 --     exactly.
 
 -- name: StartOrchestration
--- The instance, execution 1, its lease row (free, due at once), its place
--- in the status counters (shard @shard), its tags and the start message, in
--- one statement; nothing when the id is taken, or when @max_running (unless
--- NULL) is no more than the tenant's running instances.
+-- The instance, execution 1, its lease row (free, due at once; or, with
+-- @leased_until > 0, leased under @lease_token as a claim leases it: eager
+-- start), its place in the status counters (shard @shard), its tags and the
+-- start message, in one statement; nothing when the id is taken, or when
+-- @max_running (unless NULL) is no more than the tenant's running
+-- instances. An eager start's LeasedInputs follows in its transaction.
 WITH i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
@@ -40,10 +42,13 @@ WITH i AS (
 	SELECT @tenant_id, instance_id, 1, 'Running', @input, @now FROM i
 	RETURNING instance_id
 ), l AS (
-	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
-	SELECT @tenant_id, instance_id, gen_random_uuid(), 0, @now FROM i
+	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at, claims)
+	SELECT @tenant_id, instance_id, @lease_token::UUID, @leased_until::INT8,
+		CASE WHEN @leased_until::INT8 > 0 THEN @leased_until::INT8 ELSE @now END,
+		CASE WHEN @leased_until::INT8 > 0 THEN 1 ELSE 0 END FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
+		SET lease_token = excluded.lease_token, leased_until = excluded.leased_until, due_at = excluded.due_at,
+			claims = excluded.claims, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)

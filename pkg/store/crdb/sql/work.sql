@@ -66,11 +66,21 @@ DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_tok
 -- The wake writes the row even when due_at stays as it is (see Enqueue in
 -- runtime.sql), and while the row has a lease it lowers due_at below
 -- leased_until, which tells the release that a message came in.
+-- With @leased_until > 0 (eager completion), a wake that finds the
+-- instance's lease free (leased_until <= @now) leases it instead, under
+-- @lease_token, as a claim would (ClaimForTenant); LeasedInputs follows in
+-- the transaction. The lease is judged on the row the update writes (READ
+-- COMMITTED reads it anew after a concurrent writer), so it is a
+-- compare-and-set like the claim's.
 WITH task AS (
 	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token
 ), woken AS (
 	UPDATE instance_leases l
-	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END)
+	SET due_at = CASE WHEN @leased_until::INT8 > 0 AND l.leased_until <= @now THEN @leased_until::INT8
+			ELSE LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END) END,
+		lease_token = CASE WHEN @leased_until::INT8 > 0 AND l.leased_until <= @now THEN @lease_token::UUID ELSE l.lease_token END,
+		claims = CASE WHEN @leased_until::INT8 > 0 AND l.leased_until <= @now THEN l.claims + 1 ELSE l.claims END,
+		leased_until = CASE WHEN @leased_until::INT8 > 0 AND l.leased_until <= @now THEN @leased_until::INT8 ELSE l.leased_until END
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = (SELECT instance_id FROM task)
 	RETURNING 1
 ), done AS (

@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// eager returns an EagerLease for a dispatcher loop's place.
+func eager() *store.EagerLease {
+	return &store.EagerLease{Token: uuid.NewString(), Duration: lease}
+}
+
+// requireLeasedAsAClaim checks that an item an eager start or completion
+// leased is what a claim of its instance returns, field by field: it lets
+// go of the eager lease, claims the instance, and compares. Only the
+// token differs. It returns the claim's item.
+func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationItem) *store.OrchestrationItem {
+	h.t.Helper()
+	require.NotNil(h.t, got, "nothing was leased eagerly")
+	require.Nil(h.t, h.fetch(tenant), "a claim took an instance leased eagerly")
+	require.NoError(h.t, h.s.AbandonOrchestrationItem(h.ctx(), &store.AbandonOrchestrationItemParams{Lease: got.Lease}))
+	want := h.mustFetch(tenant, got.Lease.InstanceID)
+	require.NotEqual(h.t, want.Lease.Token, got.Lease.Token)
+	require.Equal(h.t, want.Lease.TenantID, got.Lease.TenantID)
+	require.Equal(h.t, want.Lease.InstanceID, got.Lease.InstanceID)
+	require.Equal(h.t, want.Lease.ExpiresAt, got.Lease.ExpiresAt, "lease expiry")
+	require.Equal(h.t, want.Instance, got.Instance, "instance")
+	require.Equal(h.t, want.History, got.History, "history")
+	require.Equal(h.t, want.Messages, got.Messages, "messages (ids included)")
+	require.Equal(h.t, want.Claims, got.Claims, "claims")
+	require.Equal(h.t, want.Strikes, got.Strikes, "strikes")
+	require.Equal(h.t, want.Retention, got.Retention, "retention")
+	// Nothing else: the whole item, but for the token.
+	cp := *got
+	cp.Lease.Token = want.Lease.Token
+	require.Equal(h.t, *want, cp)
+	return want
+}
+
+// testEagerStart: a start that leases its instance to a waiting loop gives
+// it what a claim would have, holds the lease as a claim does, and lets it
+// lapse into a claim's hands.
+func testEagerStart(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	policy := store.RetentionPolicy{Default: store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}}
+	_, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: tenant, Retention: &policy})
+	require.NoError(t, err)
+	start := func(id string, e *store.EagerLease) (*store.StartOrchestrationResult, error) {
+		return h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: id, Name: "order", Version: "1",
+			Input: []byte(`{"n":1}`), Tags: map[string]string{"team": "a"}, TraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			Retention: &store.Retention{Completed: new(time.Hour)},
+			Start:     store.Message{Kind: kindStart, Payload: []byte(`{"input":{"n":1}}`)}, Eager: e,
+		})
+	}
+
+	e := eager()
+	_, err = start("order", e)
+	require.NoError(t, err)
+	require.NotNil(t, e.Item)
+	require.Equal(t, e.Token, e.Item.Lease.Token)
+	h.invariants()
+	item := h.requireLeasedAsAClaim(tenant, e.Item)
+	h.ack(turn(item))
+
+	// Its ack is the ack of a claim's item.
+	e = eager()
+	_, err = start("acked", e)
+	require.NoError(t, err)
+	h.ack(turn(e.Item))
+	require.Equal(t, int64(1), h.instance(tenant, "acked").EventCount)
+	require.Nil(t, h.fetch(tenant), "an eager start's message came back after its ack")
+
+	// A start refused leases nothing.
+	e = eager()
+	_, err = start("order", e)
+	require.ErrorIs(t, err, store.ErrAlreadyExists)
+	require.Nil(t, e.Item)
+
+	// A lease that lapses (its loop is gone) is a claim's to take: the
+	// second claim in a row, a suspect.
+	e = eager()
+	_, err = start("lapsed", e)
+	require.NoError(t, err)
+	require.Nil(t, h.fetch(tenant))
+	h.clock.Advance(lease)
+	taken := h.mustFetch(tenant, "lapsed")
+	require.Equal(t, int64(2), taken.Claims)
+	require.Equal(t, e.Item.Messages, taken.Messages)
+	h.ack(turn(taken))
+
+	// Refused: a token that is no UUID, or no duration.
+	_, err = start("bad", &store.EagerLease{Token: "x", Duration: lease})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = start("bad", &store.EagerLease{Token: uuid.NewString()})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+}
+
+// testEagerCompletion: a task's completion that leases its free instance
+// to a waiting loop gives it what a claim would have; an instance leased
+// already is left to its lease, with the result queued for its next turn.
+func testEagerCompletion(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	complete := func(w *store.WorkItem, e *store.EagerLease) error {
+		return h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e,
+			Result: &store.Message{Kind: kindDone, Payload: []byte(`{"paid":true}`)}, TraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	}
+
+	h.scheduleActivities(tenant, "order", 2)
+	first, second := h.fetchWork(tenant), h.fetchWork(tenant)
+	e := eager()
+	require.NoError(t, complete(first, e))
+	require.NotNil(t, e.Item)
+	h.invariants()
+	item := h.requireLeasedAsAClaim(tenant, e.Item)
+	require.Len(t, item.History, 3)
+
+	// The instance is leased (by the claim above): the second completion
+	// leases nothing, and its result waits for the turn after.
+	e = eager()
+	require.NoError(t, complete(second, e))
+	require.Nil(t, e.Item)
+	h.ack(turn(item))
+	next := h.mustFetch(tenant, "order")
+	require.Len(t, next.Messages, 1)
+	require.Equal(t, kindDone, next.Messages[0].Kind)
+	h.ack(turn(next))
+
+	// A completion whose task lease was lost leases nothing.
+	h.scheduleActivities(tenant, "lost", 1)
+	w := h.fetchWork(tenant)
+	forged := *w
+	forged.Lease.Token = uuid.NewString()
+	e = eager()
+	require.ErrorIs(t, complete(&forged, e), store.ErrLeaseLost)
+	require.Nil(t, e.Item)
+	require.Nil(t, h.fetch(tenant))
+
+	// A completion with no result for the instance leases nothing.
+	e = eager()
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e}))
+	require.Nil(t, e.Item)
+}
