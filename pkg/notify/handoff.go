@@ -29,17 +29,38 @@ import (
 // miss so are those nothing announces: due after a delay, left by a lease
 // that lapsed, or scheduled by another process; quiet bounds how much
 // later they are found than by a query at once.
+//
+// Eager start and completion go the same way (Temporal's "eager workflow
+// start"), with a dispatcher loop for the poll: an idle loop offers its
+// place (Idle), and an API call whose write makes an instance due (a start,
+// a task's completion) takes it, leases the instance to it in its own
+// transaction (store.EagerLease), and after the commit delivers the item a
+// claim would have returned: the loop runs the turn with no claim, and no
+// hint. The same rules hold: a write that did not commit delivers an empty
+// delivery, and the loop fetches; a loop that left (it is stopping) hands
+// the lease back at once through its deliverer, or lets it lapse.
 type Handoff struct {
-	mu      sync.Mutex
-	waiting map[handoffKey][]*TaskWait
-	quiet   time.Duration
-	news    map[handoffKey]*queueNews
+	tasks places[*store.WorkItem]
+	loops places[*store.OrchestrationItem]
+
+	mu    sync.Mutex // guards news and epoch
+	quiet time.Duration
+	news  map[handoffKey]*queueNews
 	// epoch counts the times news was cleared, so that a query's finding
 	// is not recorded over news it did not see.
 	epoch uint64
 }
 
+// handoffKey names what a place waits for: a tenant's task queue, or a
+// tenant's instances (queue empty; tenant empty for a loop of every
+// tenant).
 type handoffKey struct{ tenant, queue string }
+
+// places are the places offered for one kind of hand-over, by key.
+type places[T any] struct {
+	mu      sync.Mutex
+	waiting map[handoffKey][]*Place[T]
+}
 
 // queueNews is what the polls of this process know of a task queue.
 type queueNews struct {
@@ -58,7 +79,9 @@ const maxNews = 4096
 // NewHandoff returns an empty Handoff whose polls skip their first query
 // within quiet of a query that found their queue empty (0: never).
 func NewHandoff(quiet time.Duration) *Handoff {
-	return &Handoff{waiting: map[handoffKey][]*TaskWait{}, quiet: quiet, news: map[handoffKey]*queueNews{}}
+	return &Handoff{tasks: places[*store.WorkItem]{waiting: map[handoffKey][]*Place[*store.WorkItem]{}},
+		loops: places[*store.OrchestrationItem]{waiting: map[handoffKey][]*Place[*store.OrchestrationItem]{}},
+		quiet: quiet, news: map[handoffKey]*queueNews{}}
 }
 
 // Unplaced records that a task was made visible in a tenant's task queue
@@ -94,80 +117,105 @@ func (h *Handoff) newsOf(k handoffKey) *queueNews {
 type waitState uint8
 
 const (
-	waitIdle    waitState = iota // not offered: its poll queries, or has what came
-	waitOffered                  // in Handoff.waiting: an ack may take it
-	waitTaken                    // an ack took it: its delivery comes
-	waitGone                     // its poll left while it was taken
+	waitIdle    waitState = iota // not offered: its waiter looks on its own, or has what came
+	waitOffered                  // offered: a taker may take it
+	waitTaken                    // a taker took it: its delivery comes
+	waitGone                     // its waiter left while it was taken
 )
 
-// TaskWait is a poll's place in a Handoff, for one task queue of one
-// tenant. A nil TaskWait (no Handoff) is never offered and never delivers.
-type TaskWait struct {
-	h     *Handoff
+// Place is a waiter's place in a Handoff, where a taker hands it items of
+// T leased to it (the place's token and lease) after the taker's commit.
+// A nil Place is never offered and never delivers.
+type Place[T any] struct {
+	p     *places[T]
 	key   handoffKey
 	token string
 	lease time.Duration
 	max   int
-	// Guarded by h.mu.
+	// Guarded by p.mu.
 	state waitState
-	items []*store.WorkItem
-	// done holds a value once a delivery came (of tasks, or of nothing).
+	items []T
+	// done holds a value once a delivery came (of items, or of nothing).
 	done chan struct{}
+}
+
+// TaskWait is a poll's place, for one task queue of one tenant. A TaskWait
+// of no Handoff is never offered and never delivers.
+type TaskWait struct {
+	*Place[*store.WorkItem]
+	h *Handoff
 	// epoch and unplaced are the queue's news as the poll's last query
 	// began (BeforeQuery).
 	epoch, unplaced uint64
 }
 
+// LoopPlace is an idle dispatcher loop's place, for the instances of one
+// tenant (or of every tenant).
+type LoopPlace = Place[*store.OrchestrationItem]
+
 // Wait returns a poll's place for a tenant's task queue: tasks handed to
 // it are leased for lease with a token of its own, up to most in one
-// delivery.
-// It is offered only by Offer. A nil Handoff returns nil.
+// delivery. It is offered only by Offer.
 func (h *Handoff) Wait(tenant, queue string, lease time.Duration, most int) *TaskWait {
+	if h == nil {
+		return &TaskWait{}
+	}
+	return &TaskWait{Place: h.tasks.place(handoffKey{tenant, queue}, lease, most), h: h}
+}
+
+// Idle returns an idle dispatcher loop's place for a tenant's instances
+// (every tenant's when empty): an instance handed to it is leased for
+// lease with a token of its own. It is offered only by Offer. A nil
+// Handoff returns nil.
+func (h *Handoff) Idle(tenant string, lease time.Duration) *LoopPlace {
 	if h == nil {
 		return nil
 	}
-	return &TaskWait{h: h, key: handoffKey{tenant, queue}, token: uuid.NewString(), lease: lease, max: max(most, 1),
-		done: make(chan struct{}, 1)}
+	return h.loops.place(handoffKey{tenant: tenant}, lease, 1)
 }
 
-// Done receives a value when a delivery came (nil for a nil TaskWait,
-// which blocks forever in a select).
-func (w *TaskWait) Done() <-chan struct{} {
+func (ps *places[T]) place(k handoffKey, lease time.Duration, most int) *Place[T] {
+	return &Place[T]{p: ps, key: k, token: uuid.NewString(), lease: lease, max: max(most, 1), done: make(chan struct{}, 1)}
+}
+
+// Done receives a value when a delivery came (nil for a nil Place, which
+// blocks forever in a select).
+func (w *Place[T]) Done() <-chan struct{} {
 	if w == nil {
 		return nil
 	}
 	return w.done
 }
 
-// Offer puts the place where an ack may take it; the poll then waits for
-// Done, beside its hint and its poll interval. It does nothing unless the
-// place is idle.
-func (w *TaskWait) Offer() {
+// Offer puts the place where a taker may take it; its waiter then waits
+// for Done, beside its hint and its poll interval. It does nothing unless
+// the place is idle.
+func (w *Place[T]) Offer() {
 	if w == nil {
 		return
 	}
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
 	if w.state != waitIdle {
 		return
 	}
 	w.state = waitOffered
-	w.h.waiting[w.key] = append(w.h.waiting[w.key], w)
+	w.p.waiting[w.key] = append(w.p.waiting[w.key], w)
 }
 
-// Withdraw takes the place back before the poll queries on its own. It
-// returns the tasks delivered to it; pending is true when an ack took it
-// and has not delivered yet: the poll then waits for Done instead of
-// querying.
-func (w *TaskWait) Withdraw() (items []*store.WorkItem, pending bool) {
+// Withdraw takes the place back before its waiter looks on its own. It
+// returns the items delivered to it; pending is true when a taker took it
+// and has not delivered yet: the waiter then waits for Done instead of
+// looking.
+func (w *Place[T]) Withdraw() (items []T, pending bool) {
 	if w == nil {
 		return nil, false
 	}
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
 	switch w.state {
 	case waitOffered:
-		w.h.remove(w)
+		w.p.remove(w)
 		w.state = waitIdle
 	case waitTaken:
 		return nil, true
@@ -176,19 +224,19 @@ func (w *TaskWait) Withdraw() (items []*store.WorkItem, pending bool) {
 	return items, false
 }
 
-// Leave ends the place as its poll returns, and returns the tasks
-// delivered that the poll has not read: it must answer with them, or hand
-// them back. A place taken and not delivered yet leaves its tasks to the
-// delivery, which hands them back.
-func (w *TaskWait) Leave() []*store.WorkItem {
+// Leave ends the place as its waiter goes, and returns the items
+// delivered that it has not read: it must use them, or hand them back. A
+// place taken and not delivered yet leaves its items to the delivery,
+// which hands them back.
+func (w *Place[T]) Leave() []T {
 	if w == nil {
 		return nil
 	}
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
 	switch w.state {
 	case waitOffered:
-		w.h.remove(w)
+		w.p.remove(w)
 	case waitTaken:
 		w.state = waitGone
 		return nil
@@ -199,22 +247,39 @@ func (w *TaskWait) Leave() []*store.WorkItem {
 	return items
 }
 
-// Take takes the place that has waited longest for a tenant's task queue,
-// or returns nil when none waits. The taker must Deliver to it, once,
-// whatever becomes of its ack.
-func (h *Handoff) Take(tenant, queue string) *TaskWait {
+// Take takes the place of the poll that has waited longest for a
+// tenant's task queue, or returns nil when none waits. The taker must
+// Deliver to it, once, whatever becomes of its write.
+func (h *Handoff) Take(tenant, queue string) *Place[*store.WorkItem] {
 	if h == nil {
 		return nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	k := handoffKey{tenant, queue}
-	waits := h.waiting[k]
+	return h.tasks.take(handoffKey{tenant, queue})
+}
+
+// TakeIdle takes the place of the loop that has waited longest for the
+// tenant's instances, else for every tenant's, or returns nil when none
+// waits. The taker must Deliver to it, once, whatever becomes of its
+// write.
+func (h *Handoff) TakeIdle(tenant string) *LoopPlace {
+	if h == nil {
+		return nil
+	}
+	if w := h.loops.take(handoffKey{tenant: tenant}); w != nil || tenant == "" {
+		return w
+	}
+	return h.loops.take(handoffKey{})
+}
+
+func (ps *places[T]) take(k handoffKey) *Place[T] {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	waits := ps.waiting[k]
 	if len(waits) == 0 {
 		return nil
 	}
 	w := waits[0]
-	h.remove(w)
+	ps.remove(w)
 	w.state = waitTaken
 	return w
 }
@@ -223,7 +288,7 @@ func (h *Handoff) Take(tenant, queue string) *TaskWait {
 // queue empty within the Handoff's quiet, and no task came since without
 // a place.
 func (w *TaskWait) Quiet() bool {
-	if w == nil || w.h.quiet <= 0 {
+	if w.h == nil || w.h.quiet <= 0 {
 		return false
 	}
 	w.h.mu.Lock()
@@ -234,7 +299,7 @@ func (w *TaskWait) Quiet() bool {
 
 // BeforeQuery notes the queue's news as the poll's query begins.
 func (w *TaskWait) BeforeQuery() {
-	if w == nil || w.h.quiet <= 0 {
+	if w.h == nil || w.h.quiet <= 0 {
 		return
 	}
 	w.h.mu.Lock()
@@ -251,7 +316,7 @@ func (w *TaskWait) BeforeQuery() {
 // place since the query began: that task's commit may have come after the
 // query's snapshot.
 func (w *TaskWait) QueriedEmpty() {
-	if w == nil || w.h.quiet <= 0 {
+	if w.h == nil || w.h.quiet <= 0 {
 		return
 	}
 	h := w.h
@@ -263,21 +328,21 @@ func (w *TaskWait) QueriedEmpty() {
 	}
 }
 
-// Token is the lease token of the tasks handed to the place.
-func (w *TaskWait) Token() string { return w.token }
+// Token is the lease token of what is handed to the place.
+func (w *Place[T]) Token() string { return w.token }
 
-// Lease is how long the tasks handed to the place are leased.
-func (w *TaskWait) Lease() time.Duration { return w.lease }
+// Lease is how long what is handed to the place is leased.
+func (w *Place[T]) Lease() time.Duration { return w.lease }
 
-// Max is the most tasks one delivery may hold.
-func (w *TaskWait) Max() int { return w.max }
+// Max is the most items one delivery may hold.
+func (w *Place[T]) Max() int { return w.max }
 
-// Deliver hands the place its tasks: those its taker's ack inserted leased
-// to it, none when the ack did not commit them. It returns the tasks when
-// the poll has left: the caller hands them back.
-func (w *TaskWait) Deliver(items []*store.WorkItem) (unwanted []*store.WorkItem) {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
+// Deliver hands the place its items: those its taker's write leased to
+// it, none when the write did not commit them. It returns the items when
+// the waiter has left: the caller hands them back.
+func (w *Place[T]) Deliver(items []T) (unwanted []T) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
 	if w.state == waitGone {
 		return items
 	}
@@ -290,9 +355,9 @@ func (w *TaskWait) Deliver(items []*store.WorkItem) (unwanted []*store.WorkItem)
 	return nil
 }
 
-// remove takes w out of the waiting places. h.mu is held.
-func (h *Handoff) remove(w *TaskWait) {
-	waits := h.waiting[w.key]
+// remove takes w out of the waiting places. ps.mu is held.
+func (ps *places[T]) remove(w *Place[T]) {
+	waits := ps.waiting[w.key]
 	for i, o := range waits {
 		if o == w {
 			waits = append(waits[:i:i], waits[i+1:]...)
@@ -300,18 +365,23 @@ func (h *Handoff) remove(w *TaskWait) {
 		}
 	}
 	if len(waits) == 0 {
-		delete(h.waiting, w.key)
+		delete(ps.waiting, w.key)
 	} else {
-		h.waiting[w.key] = waits
+		ps.waiting[w.key] = waits
 	}
 }
 
-// Waiting is the number of places offered, for tests and metrics.
-func (h *Handoff) Waiting() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// Waiting is the number of poll places offered, for tests and metrics.
+func (h *Handoff) Waiting() int { return h.tasks.count() }
+
+// IdleLoops is the number of loop places offered, for tests and metrics.
+func (h *Handoff) IdleLoops() int { return h.loops.count() }
+
+func (ps *places[T]) count() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	n := 0
-	for _, waits := range h.waiting {
+	for _, waits := range ps.waiting {
 		n += len(waits)
 	}
 	return n

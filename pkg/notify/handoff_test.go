@@ -33,8 +33,8 @@ func TestHandoffTakesThePlaceThatWaitedLongest(t *testing.T) {
 	first.Offer()
 	other.Offer()
 	require.Equal(t, 3, h.Waiting())
-	require.Same(t, second, h.Take("a", "q"))
-	require.Same(t, first, h.Take("a", "q"))
+	require.Same(t, second.Place, h.Take("a", "q"))
+	require.Same(t, first.Place, h.Take("a", "q"))
 	require.Nil(t, h.Take("a", "q"))
 	require.Nil(t, h.Take("a", "other"))
 	require.Equal(t, 1, h.Waiting())
@@ -67,14 +67,14 @@ func TestHandoffLeave(t *testing.T) {
 	require.Nil(t, h.Take("a", "q"), "a place withdrawn was taken")
 
 	w.Offer()
-	require.Same(t, w, h.Take("a", "q"))
+	require.Same(t, w.Place, h.Take("a", "q"))
 	task := &store.WorkItem{InstanceID: "i"}
 	require.Empty(t, w.Deliver([]*store.WorkItem{task}))
 	require.Equal(t, []*store.WorkItem{task}, w.Leave(), "the tasks delivered as the poll left")
 
 	gone := h.Wait("a", "q", time.Minute, 1)
 	gone.Offer()
-	require.Same(t, gone, h.Take("a", "q"))
+	require.Same(t, gone.Place, h.Take("a", "q"))
 	require.Empty(t, gone.Leave())
 	require.Equal(t, []*store.WorkItem{task}, gone.Deliver([]*store.WorkItem{task}), "a poll that left was delivered to")
 	require.False(t, delivered(gone))
@@ -144,4 +144,38 @@ func TestHandoffQuiet(t *testing.T) {
 	}
 	require.False(t, w.Quiet(), "news of more than maxNews queues kept")
 	require.LessOrEqual(t, len(h.news), maxNews)
+}
+
+// An idle loop's place is taken for its own tenant first, else for a loop
+// of every tenant; like a poll's, one that left hands its delivery back.
+func TestHandoffIdleLoops(t *testing.T) {
+	h := NewHandoff(0)
+	all, mine, other := h.Idle("", time.Second), h.Idle("a", time.Second), h.Idle("b", time.Second)
+	require.Nil(t, h.TakeIdle("a"), "a place not offered was taken")
+	all.Offer()
+	mine.Offer()
+	other.Offer()
+	require.Equal(t, 3, h.IdleLoops())
+	require.Equal(t, 0, h.Waiting(), "a loop's place counted as a poll's")
+	require.Same(t, mine, h.TakeIdle("a"))
+	require.Same(t, all, h.TakeIdle("a"))
+	require.Nil(t, h.TakeIdle("a"))
+	require.Nil(t, h.TakeIdle(""), "a loop of one tenant was taken for any")
+	require.Equal(t, time.Second, mine.Lease())
+	require.Equal(t, 1, mine.Max())
+
+	item := &store.OrchestrationItem{Claims: 1}
+	require.Empty(t, mine.Deliver([]*store.OrchestrationItem{item}))
+	got, pending := mine.Withdraw()
+	require.False(t, pending)
+	require.Equal(t, []*store.OrchestrationItem{item}, got)
+
+	// A loop that left while its place was taken: the delivery is unwanted.
+	require.Empty(t, all.Leave())
+	require.Equal(t, []*store.OrchestrationItem{item}, all.Deliver([]*store.OrchestrationItem{item}))
+
+	var none *Handoff
+	require.Nil(t, none.Idle("a", time.Second))
+	require.Nil(t, none.TakeIdle("a"))
+	none.Idle("a", time.Second).Offer()
 }

@@ -84,8 +84,10 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 		d := durationFrom(m.Retention)
 		p.Retention = &store.Retention{Completed: d, Failed: d, Cancelled: d}
 	}
+	place := c.s.handoff.TakeIdle(t.TenantID)
+	p.Eager = eagerLease(place)
 	res, err := c.s.store.StartOrchestration(ctx, p)
-	if err == nil {
+	if !c.s.handOver(ctx, place, p.Eager) && err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
 	}
 	if errors.Is(err, store.ErrTooManyRunning) {

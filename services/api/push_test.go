@@ -205,3 +205,54 @@ func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)
 		}
 	}
 }
+
+// A start, and a task's completion, that find the dispatcher's loop idle
+// lease their instance to it in their own transaction and hand it over:
+// the loop runs both turns of a one-activity orchestration with no fetch
+// (counted, not timed: every poll interval is an hour). The activity's
+// task goes to the waiting poll with no claim either.
+func TestAStartAndACompletionHandTheirInstanceToAnIdleLoop(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
+	defer orchestrations.Close()
+	idle := func(why string) {
+		t.Helper()
+		testwait.Until(t, 30*time.Second, why, func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
+	}
+	idle("the loop to offer its place")
+	before := d.Stats()
+
+	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+		return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	})
+	testwait.Until(t, 30*time.Second, "the worker's poll to offer its place", func() bool { return handoff.Waiting() == 1 })
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	p := poll("the scheduled task was not handed to the waiting poll")
+	require.Len(t, p.Msg.Tasks, 1)
+	idle("the loop to offer its place again")
+
+	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
+	require.NoError(t, err)
+	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.True(t, w.Msg.Done)
+	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+
+	after := d.Stats()
+	require.Equal(t, int64(2), after.Turns-before.Turns)
+	require.Equal(t, int64(2), after.Handed-before.Handed, "turns handed to the idle loop")
+	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched an instance handed to it")
+	select {
+	case <-orchestrations.C:
+		t.Fatal("a hint was sent for an instance handed to the loop")
+	default:
+	}
+}

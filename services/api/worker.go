@@ -171,12 +171,49 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	if err != nil {
 		return err
 	}
-	if err := w.s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
-		TraceContext: traceparent.Of(ctx)}); err != nil {
-		return err
+	place := w.s.handoff.TakeIdle(lease.TenantID)
+	p := &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
+		TraceContext: traceparent.Of(ctx), Eager: eagerLease(place)}
+	err = w.s.store.AckWorkItem(ctx, p)
+	if !w.s.handOver(ctx, place, p.Eager) && err == nil {
+		w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
 	}
-	w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
-	return nil
+	return err
+}
+
+// eagerLease asks a write that makes an instance due to lease it to the
+// idle dispatcher loop whose place the API took (eager start and
+// completion, see notify.Handoff); nil without a place.
+func eagerLease(place *notify.LoopPlace) *store.EagerLease {
+	if place == nil {
+		return nil
+	}
+	return &store.EagerLease{Token: place.Token(), Duration: place.Lease()}
+}
+
+// handOver delivers to a loop's place what the write leased to it (e.Item,
+// nil when it leased nothing or failed: the loop then fetches), and says
+// whether the loop got an instance: then no hint is needed. An instance
+// whose loop left meanwhile is released at once.
+func (s *Server) handOver(ctx context.Context, place *notify.LoopPlace, e *store.EagerLease) bool {
+	if place == nil {
+		return false
+	}
+	var items []*store.OrchestrationItem
+	if e.Item != nil {
+		items = append(items, e.Item)
+	}
+	unwanted := place.Deliver(items)
+	for _, it := range unwanted {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := s.store.AbandonOrchestrationItem(rctx, &store.AbandonOrchestrationItemParams{Lease: it.Lease})
+		cancel()
+		if err != nil {
+			s.log.WarnContext(ctx, "api: could not release an instance leased to a dispatcher loop that left; it waits for its lease to lapse",
+				slog.String("tenant", it.Lease.TenantID), slog.String("instance", it.Lease.InstanceID), slog.Any("error", err))
+		}
+	}
+	return len(items) > len(unwanted)
 }
 
 func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {

@@ -73,8 +73,9 @@ type Config struct {
 	Notifier notify.Notifier
 	// Handoff, shared with the API of this process, lets an ack that
 	// schedules a task due now hand it to a PollActivityTask waiting for
-	// its task queue, leased to it, with no claim (see notify.Handoff).
-	// Nil: none.
+	// its task queue, leased to it, with no claim; and lets the API's
+	// starts and task completions lease the instance they make due to an
+	// idle loop and hand it over (see notify.Handoff). Nil: none.
 	Handoff *notify.Handoff
 	// Hinted says that a hint reaches Notifier for every message queued
 	// for an instance: the API runs in this process, or hints cross
@@ -176,7 +177,7 @@ type Dispatcher struct {
 
 // stats counts what the loops did, for Stats.
 type stats struct {
-	turns, emptyPolls, leaseLosses, running atomic.Int64
+	turns, fetches, emptyPolls, leaseLosses, running, handed atomic.Int64
 	// loopEmptyPolls counts each loop's empty fetches.
 	loopEmptyPolls []atomic.Int64
 }
@@ -185,6 +186,8 @@ type stats struct {
 type Stats struct {
 	// Turns is the number of turns committed.
 	Turns int64
+	// Fetches is the number of fetches (claims) made.
+	Fetches int64
 	// EmptyPolls is the number of fetches that found no work.
 	EmptyPolls int64
 	// LeaseLosses is the number of turns whose ack found the lease gone.
@@ -195,6 +198,9 @@ type Stats struct {
 	Running int64
 	// EmptyPollsByLoop is EmptyPolls for each loop.
 	EmptyPollsByLoop []int64
+	// Handed is the number of instances handed to idle loops, leased by
+	// the write that made them due (eager start and completion).
+	Handed int64
 }
 
 // New checks the config and builds a dispatcher.
@@ -289,9 +295,11 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 func (d *Dispatcher) Stats() Stats {
 	st := Stats{
 		Turns:            d.stats.turns.Load(),
+		Fetches:          d.stats.fetches.Load(),
 		EmptyPolls:       d.stats.emptyPolls.Load(),
 		LeaseLosses:      d.stats.leaseLosses.Load(),
 		Running:          d.stats.running.Load(),
+		Handed:           d.stats.handed.Load(),
 		EmptyPollsByLoop: make([]int64, len(d.stats.loopEmptyPolls)),
 	}
 	for i := range d.stats.loopEmptyPolls {
@@ -317,11 +325,22 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := failureBackoff()
 	for fetchCtx.Err() == nil {
-		if wait > 0 && !d.sleep(fetchCtx, wait) {
-			return
+		var handed []*store.OrchestrationItem
+		if wait > 0 {
+			var ok bool
+			if handed, ok = d.idle(fetchCtx, turnCtx, wait); !ok {
+				return
+			}
 		}
 		hints := d.hints.Load()
-		more, err := d.fetchAndRun(fetchCtx, turnCtx, n)
+		var more bool
+		var err error
+		if len(handed) > 0 {
+			d.stats.handed.Add(int64(len(handed)))
+			more, err = d.run(fetchCtx, turnCtx, handed)
+		} else {
+			more, err = d.fetchAndRun(fetchCtx, turnCtx, n)
+		}
 		switch {
 		case errors.Is(err, errNoWork):
 			failures.Reset()
@@ -359,6 +378,7 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool
 	// per ZombieInterval looks, the first to find no work.
 	now, next := time.Now().UnixNano(), d.nextZombieLook.Load()
 	look := now >= next && d.nextZombieLook.CompareAndSwap(next, now+d.cfg.ZombieInterval.Nanoseconds())
+	d.stats.fetches.Add(1)
 	items, err := d.cfg.Store.FetchOrchestrationItems(ctx, &store.FetchOrchestrationItemsParams{
 		FetchOrchestrationItemParams: store.FetchOrchestrationItemParams{TenantID: d.cfg.TenantID, LeaseDuration: d.cfg.LeaseDuration},
 		Max:                          d.cfg.Batch,
@@ -377,6 +397,12 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool
 		d.metrics.emptyPolls.Add(fetchCtx, 1)
 		return false, errNoWork
 	}
+	return d.run(fetchCtx, turnCtx, items)
+}
+
+// run runs a batch, fetched or handed over, and reports whether more work
+// may wait that no hint announces (see fetchAndRun).
+func (d *Dispatcher) run(fetchCtx, turnCtx context.Context, items []*store.OrchestrationItem) (bool, error) {
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
 	more := len(items) == d.cfg.Batch
@@ -397,9 +423,45 @@ func failureBackoff() *backoff.ExponentialBackOff {
 	return &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 5 * time.Second}
 }
 
+// idle waits like sleep, with its place offered to the API of this
+// process (Config.Handoff): a start or a task's completion that makes an
+// instance due may lease it to the loop in its own transaction and hand
+// it over (eager start and completion). It returns what was handed over,
+// to run with no claim; false when fetchCtx ended, and then what was
+// handed over is released at once (a delivery that comes after is
+// released by its deliverer).
+func (d *Dispatcher) idle(fetchCtx, turnCtx context.Context, wait time.Duration) ([]*store.OrchestrationItem, bool) {
+	place := d.cfg.Handoff.Idle(d.cfg.TenantID, d.cfg.LeaseDuration)
+	place.Offer()
+	ok := d.sleep(fetchCtx, wait, place.Done())
+	items, pending := place.Withdraw()
+	if pending && ok {
+		// Taken: its delivery follows its taker's commit. A lease the
+		// taker took lapses after LeaseDuration: no longer to wait.
+		t := time.NewTimer(d.cfg.LeaseDuration)
+		select {
+		case <-place.Done():
+			items, _ = place.Withdraw()
+		case <-t.C:
+		case <-fetchCtx.Done():
+			ok = false
+		}
+		t.Stop()
+	}
+	items = append(items, place.Leave()...)
+	if !ok {
+		for _, it := range items {
+			d.abandon(turnCtx, it, 0)
+		}
+		return nil, false
+	}
+	return items, true
+}
+
 // sleep waits for wait, or until another loop wakes the idle ones, or a
-// hint wakes this one, or ctx ends; false when ctx ended.
-func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) bool {
+// hint wakes this one, or handed signals, or ctx ends; false when ctx
+// ended.
+func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration, handed <-chan struct{}) bool {
 	d.wakeMu.Lock()
 	wake := d.wake
 	d.wakeMu.Unlock()
@@ -409,6 +471,7 @@ func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) bool {
 	case <-t.C:
 	case <-wake:
 	case <-d.kick:
+	case <-handed:
 	case <-ctx.Done():
 		return false
 	}

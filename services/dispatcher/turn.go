@@ -179,7 +179,7 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 // handover is a poll's place taken by an ack, with the tasks the ack
 // inserts leased to it.
 type handover struct {
-	wait  *notify.TaskWait
+	wait  *notify.Place[*store.WorkItem]
 	tasks []handedTask
 }
 
