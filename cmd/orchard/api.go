@@ -204,8 +204,10 @@ func deriveKey(secret, purpose string) []byte {
 }
 
 // colocatedDispatcher is the dispatcher `orchard api --dispatcher-loops`
-// runs beside the API: it shares the API's hints and a hand-over of tasks
-// to the worker polls waiting in the process (set in cfg too). A poll that
+// runs beside the API: it shares the API's hints and a hand-over (set in
+// cfg too) of tasks to the worker polls waiting in the process, and of the
+// instances the API's starts and task completions make due to its idle
+// loops. A poll that
 // comes within 100 ms of a query that found its queue empty skips its own
 // query, as in ` + "`orchard dev`" + `: the tasks no hint announces (a retry's
 // after its delay) are found that much later at most.
