@@ -122,12 +122,7 @@ func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
 	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the poll claimed the task handed to it")
 	require.Zero(t, handoff.Waiting())
 
-	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
-	require.NoError(t, err)
-	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
-	require.NoError(t, err)
-	require.True(t, w.Msg.Done)
-	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
 }
 
 // A poll that starts while its queue is known empty (a query found it so,
@@ -183,6 +178,19 @@ func TestAPollOfAQueueKnownEmptyWaitsFirst(t *testing.T) {
 // inBackground starts call on a goroutine of its own and returns a function
 // that waits for its answer, failing the test with what when none comes
 // within 30 seconds.
+// completeAndAwait completes the echo activity of instance id with 8, and
+// waits for the instance to end with that output.
+func completeAndAwait(t *testing.T, c *clients, taskToken, id string) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: taskToken, Result: []byte(`8`)}))
+	require.NoError(t, err)
+	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.True(t, w.Msg.Done)
+	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+}
+
 func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)) func(what string) *connect.Response[T] {
 	type answer struct {
 		res *connect.Response[T]
@@ -239,12 +247,7 @@ func TestAStartAndACompletionHandTheirInstanceToAnIdleLoop(t *testing.T) {
 	require.Len(t, p.Msg.Tasks, 1)
 	idle("the loop to offer its place again")
 
-	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: p.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
-	require.NoError(t, err)
-	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
-	require.NoError(t, err)
-	require.True(t, w.Msg.Done)
-	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
 
 	after := d.Stats()
 	require.Equal(t, int64(2), after.Turns-before.Turns)
