@@ -30,6 +30,7 @@ func apiCommand() *cobra.Command {
 		issuer, audience, secret, hints        string
 		algorithms                             []string
 		maxMessageBytes, dispatcherLoops       int
+		callsInFlight                          int
 		drain, shutdownDelay                   time.Duration
 		withConsole                            bool
 	)
@@ -97,7 +98,12 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 			if dispatcherLoops < 0 {
 				return fmt.Errorf("--dispatcher-loops %d: must be 0 (none) or more", dispatcherLoops)
 			}
-			pool, err := openPool(ctx, tel, databaseURL, int32(32+dispatcherLoops))
+			if callsInFlight < 1 {
+				return fmt.Errorf("--calls-in-flight %d: must be 1 or more", callsInFlight)
+			}
+			// The calls in flight, the long polls' queries (longPollConns)
+			// and the dispatcher loops each have connections of their own.
+			pool, err := openPool(ctx, tel, databaseURL, int32(callsInFlight+longPollConns+dispatcherLoops))
 			if err != nil {
 				return err
 			}
@@ -122,6 +128,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 				Store: st, Notifier: notifier, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
+				CallShare: tenancy.NewFairShare(callsInFlight, api.DefaultCallsWaiting),
 			}
 			var disp *dispatcher.Dispatcher
 			if dispatcherLoops > 0 {
@@ -185,6 +192,8 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 		"how long calls in flight may finish at shutdown (env ORCHARD_DRAIN_TIMEOUT)")
 	f.IntVar(&dispatcherLoops, "dispatcher-loops", envInt("ORCHARD_API_DISPATCHER_LOOPS", 0),
 		"dispatcher loops to run in this process beside the API (env ORCHARD_API_DISPATCHER_LOOPS; 0: none)")
+	f.IntVar(&callsInFlight, "calls-in-flight", envInt("ORCHARD_API_CALLS_IN_FLIGHT", 24),
+		"calls, long polls aside, this process runs at once, shared fairly across tenants past it; its database pool grows with it (env ORCHARD_API_CALLS_IN_FLIGHT)")
 	f.BoolVar(&withConsole, "console", envBool("ORCHARD_CONSOLE", false),
 		"serve the web console at /console/ (env ORCHARD_CONSOLE); it calls this API with its users' tokens")
 	return cmd
@@ -202,6 +211,11 @@ func deriveKey(secret, purpose string) []byte {
 	}
 	return key
 }
+
+// longPollConns are the connections `orchard api` keeps for its long polls'
+// queries beside those of the calls in flight: the long polls take no slot
+// of the fair share, and must not wait behind the calls that do.
+const longPollConns = 8
 
 // colocatedDispatcher is the dispatcher `orchard api --dispatcher-loops`
 // runs beside the API: it shares the API's hints and a hand-over (set in

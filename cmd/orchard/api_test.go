@@ -19,7 +19,7 @@ import (
 // `orchard api --dispatcher-loops` runs orchestrations with no dispatcher
 // process beside it: an orchestration started through the API, its
 // activity run by an SDK worker, completes, and the API's /metrics counts
-// the turns; a bad value is refused; the context's end drains both.
+// the turns; bad values are refused; the context's end drains both.
 func TestAPICommandWithDispatcherLoops(t *testing.T) {
 	t.Parallel()
 	_, url := oneActivityTenant(t, "colo")
@@ -45,6 +45,11 @@ func TestAPICommandWithDispatcherLoops(t *testing.T) {
 	refused.SetOut(io.Discard)
 	refused.SetErr(io.Discard)
 	require.ErrorContains(t, refused.ExecuteContext(ctx), "--dispatcher-loops -1")
+	refused = rootCommand()
+	refused.SetArgs(append(args("1"), "--ops-addr", "", "--calls-in-flight", "0"))
+	refused.SetOut(io.Discard)
+	refused.SetErr(io.Discard)
+	require.ErrorContains(t, refused.ExecuteContext(ctx), "--calls-in-flight 0")
 
 	ops := freeAddr(t)
 	a := args("1")
