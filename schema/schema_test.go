@@ -256,3 +256,34 @@ func TestMigrationLease(t *testing.T) {
 	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM schema_migration_lock").Scan(&locks))
 	require.Zero(t, locks)
 }
+
+// The tables the turns' statements name are vacuumed and analyzed late
+// while they are small (pg_only/0003): each vacuum or analyze that changes
+// their counts makes every backend plan those statements anew. CockroachDB
+// has no such options.
+func TestHotTablesVacuumLateWhileSmall(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	cockroach, err := schema.IsCockroach(ctx, conn)
+	require.NoError(t, err)
+	want := map[string][]string{
+		"instances":       {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
+		"executions":      {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
+		"history":         {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
+		"instance_counts": {"autovacuum_vacuum_threshold=10000", "autovacuum_analyze_threshold=10000"},
+	}
+	for table, options := range want {
+		var got []string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT COALESCE(reloptions, '{}') FROM pg_class WHERE relname = $1 AND relkind = 'r'`, table).Scan(&got), table)
+		if cockroach {
+			require.NotContains(t, strings.Join(got, ","), "autovacuum", table)
+			continue
+		}
+		for _, o := range options {
+			require.Contains(t, got, o, table)
+		}
+	}
+}
