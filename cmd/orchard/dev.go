@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,11 +126,25 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return err
 	}
 	defer shutdownTelemetry(tel)
-	pool, err := openPool(ctx, tel, srv.URL, int32(o.loops+16))
+	// The API (with the janitor and River) and the dispatcher loops have a
+	// pool each, as when they run as processes of their own. A backend
+	// plans a statement anew after every vacuum or analyze that touches a
+	// table the statement names; the turns' statements, the costliest to
+	// plan, then run on the loops' few backends, not on all of the API's.
+	pool, err := openPool(ctx, tel, srv.URL, 16)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	lurl, err := loopsURL(srv)
+	if err != nil {
+		return err
+	}
+	loopsPool, err := openPool(ctx, tel, lurl, int32(o.loops+4))
+	if err != nil {
+		return err
+	}
+	defer loopsPool.Close()
 	secret, err := devSecret(o.dir)
 	if err != nil {
 		return err
@@ -165,7 +180,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	}
 	// The API and the dispatcher share a process: an ack hands the tasks
 	// it schedules to the polls waiting here, with no claim.
-	disp, err := colocatedDispatcher(tel, st, hints, o.hints, o.loops, &apiCfg)
+	disp, err := colocatedDispatcher(tel, crdb.New(loopsPool, crdb.Options{}), hints, o.hints, o.loops, &apiCfg)
 	if err != nil {
 		return err
 	}
@@ -390,4 +405,24 @@ func devJanitor(ctx context.Context, out io.Writer, tel *telemetry.Telemetry, po
 	return janitor.New(janitor.Config{
 		Store: st, RiverPool: pool, Interval: interval, Metrics: metrics, TracerProvider: tel.TracerProvider,
 	})
+}
+
+// loopsURL is the database URL of the dispatcher loops' pool on srv. On
+// PostgreSQL their statements keep one generic plan each: they look rows
+// up by key or lease token, whatever the values, and PostgreSQL's default
+// (auto) keeps planning a statement at every call once the generic plan,
+// costed on the tables as they grew, looks dearer than the custom plans
+// it costed while they were small.
+func loopsURL(srv *dbserver.Server) (string, error) {
+	if srv.Cockroach {
+		return srv.URL, nil
+	}
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		return "", fmt.Errorf("database url: %w", err)
+	}
+	q := u.Query()
+	q.Set("plan_cache_mode", "force_generic_plan")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
@@ -101,4 +103,24 @@ func freeAddr(t *testing.T) string {
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// The dispatcher loops of `orchard dev` keep one generic plan per statement
+// on PostgreSQL; CockroachDB's connections are left as they are.
+func TestDevLoopsPoolKeepsGenericPlans(t *testing.T) {
+	t.Parallel()
+	db := testdb.URL(t)
+	cockroach := testdb.SharedServer(t).Cockroach
+	u, err := loopsURL(&dbserver.Server{URL: db, Cockroach: cockroach})
+	require.NoError(t, err)
+	if cockroach {
+		require.Equal(t, db, u)
+		return
+	}
+	conn, err := pgx.Connect(t.Context(), u)
+	require.NoError(t, err)
+	defer conn.Close(t.Context())
+	var mode string
+	require.NoError(t, conn.QueryRow(t.Context(), "SHOW plan_cache_mode").Scan(&mode))
+	require.Equal(t, "force_generic_plan", mode)
 }
