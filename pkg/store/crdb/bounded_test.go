@@ -68,12 +68,13 @@ func requireInvariants(t *testing.T, s *Store) {
 }
 
 // fabricated gives the instances written straight into the tables what the
-// store writes beside each one: its lease row (free, nothing due) and its
-// place in the status counters.
+// store writes beside each one: the lease row of one not ended (free,
+// nothing due) and its place in the status counters.
 func fabricated(t *testing.T, s *Store) {
 	t.Helper()
 	exec(t, s, `INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 		SELECT tenant_id, instance_id, gen_random_uuid(), 0, `+noneDue+` FROM instances
+		WHERE status NOT IN ('Completed', 'Failed', 'Cancelled')
 		ON CONFLICT (tenant_id, instance_id) DO NOTHING`)
 	require.NoError(t, s.RecountInstances(t.Context(), "acme"))
 }

@@ -318,8 +318,8 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 			return nil, err
 		}
 		if len(items) == 0 && !p.SkipZombies {
-			// No work: consume the messages of instances that are gone,
-			// which no claim takes (they have no lease row).
+			// No work: consume the messages of instances that are gone
+			// or ended, which no claim takes (they have no lease row).
 			consumed, err := s.consumeZombieMessages(ctx, p.TenantID, p.LeaseDuration)
 			if err != nil {
 				return items, err
@@ -334,8 +334,8 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 }
 
 // consumeZombieMessages consumes the visible messages of one instance that
-// no longer exists, for a tenant (any tenant when empty), and reports
-// whether it found one.
+// has no lease row (it no longer exists, or has ended), for a tenant (any
+// tenant when empty), and reports whether it found one.
 func (s *Store) consumeZombieMessages(ctx context.Context, tenantID string, leaseDuration time.Duration) (bool, error) {
 	now := s.now()
 	if tenantID == "" {
@@ -579,12 +579,13 @@ func (s *Store) eagerItem(ctx context.Context, e *store.EagerLease, r *leasedInp
 }
 
 // consumeZombies deletes the messages of an instance that does not exist
-// (it was deleted, or never was) and releases the lease taken on it.
+// (it was deleted, or never was) or has ended, and releases the lease taken
+// on it.
 func (s *Store) consumeZombies(ctx context.Context, lease store.OrchestrationLease, messages []store.QueuedMessage) error {
 	ids := make([]string, len(messages))
 	for i, m := range messages {
 		ids[i] = m.ID
-		s.log.WarnContext(ctx, "consumed a message for an instance that does not exist",
+		s.log.InfoContext(ctx, "consumed a message for an instance that does not exist or has ended",
 			"tenant_id", lease.TenantID, "instance_id", lease.InstanceID, "message_id", m.ID, "kind", m.Kind)
 	}
 	return s.retry(ctx, func(ctx context.Context) error {

@@ -429,23 +429,20 @@ func testAckTerminalStatus(t *testing.T, h *harness) {
 			require.Equal(t, "boom", in.Error)
 		}
 		// A message another instance's turn sends after the end (a child's
-		// late result) is consumed by a turn that changes nothing: the
-		// completion time stays.
-		completed := in.CompletedAt
+		// late result) is consumed without a turn: the instance and its
+		// execution stay as they were.
+		ended := *in
 		h.start(tenant, "sender-"+id)
 		send := turn(h.mustFetch(tenant, "sender-"+id))
 		send.Messages = []store.OutgoingMessage{{InstanceID: id, Message: store.Message{Kind: kindEvent, Payload: []byte(`"late"`)}}}
 		h.ack(send)
 		h.clock.Advance(time.Second)
-		late := turn(h.mustFetch(tenant, id))
-		late.History, late.Status, late.Output, late.Error = nil, st, p.Output, p.Error
-		h.ack(late)
-		in = h.instance(tenant, id)
-		require.Equal(t, st, in.Status)
-		require.Equal(t, completed, in.CompletedAt)
+		require.Nil(t, h.fetch(tenant), "a turn was handed out for an ended instance")
+		require.Zero(t, h.queued(tenant), "the late message is still queued")
+		require.Equal(t, ended, *h.instance(tenant, id))
 		executions, err := h.s.ListExecutions(h.ctx(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: id})
 		require.NoError(t, err)
-		require.Equal(t, completed, executions[0].CompletedAt)
+		require.Equal(t, ended.CompletedAt, executions[0].CompletedAt)
 	}
 	require.Nil(t, h.fetch(tenant))
 }

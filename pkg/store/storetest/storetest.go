@@ -67,6 +67,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"LeasedMessagesComeBack", testLeasedMessagesComeBack},
 		{"AckFailurePartWayLeavesNothing", testAckFailurePartWay},
 		{"AckTerminalStatus", testAckTerminalStatus},
+		{"LateMessagesToEndedInstance", testLateMessagesToEndedInstance},
+		{"AckEndsAndContinuesTogether", testAckEndsAndContinuesTogether},
 		{"ContinueAsNew", testContinueAsNew},
 		{"ChildStart", testChildStart},
 		{"ZombieMessagesConsumed", testZombieMessagesConsumed},

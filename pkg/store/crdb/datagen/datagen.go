@@ -1,6 +1,7 @@
 // Package datagen fills the store's tables (pkg/store/crdb) with synthetic
-// data, fast: tenants, instances, their executions and history, and the
-// lease row, tags rows and prunable entry every instance has. It is for the
+// data, fast: tenants, instances, their executions and history, the lease
+// row of every running instance, and the tags rows and prunable entry of
+// every instance that has them. It is for the
 // management benchmarks and the load test, which need a tenant of a million
 // instances and ten million history events in minutes, far beyond what
 // driving the runtime protocol (start, fetch, ack) could produce in that
@@ -532,7 +533,11 @@ func (g *gen) rows(table string, in *Instance, nev int, buf [][]any) [][]any {
 			parent, in.RootID, in.CreatedAt, in.UpdatedAt, g.payload, in.tagsJSON(),
 			int64(len(in.Executions)), int64(len(in.Executions) * nev), false})
 	case "instance_leases":
-		// No message queued: not due.
+		// A running instance's, with no message queued: not due. An
+		// ended instance keeps none.
+		if in.Status != Running {
+			return buf
+		}
 		return append(buf, []any{t, in.ID, in.leaseToken, int64(0), int64(math.MaxInt64)})
 	case "instance_tags":
 		for _, k := range g.tagKeys {

@@ -28,8 +28,12 @@ FROM (
 -- Removes instances with everything they own, touching each table once, and
 -- takes the visible ones off the status counters. Tags, prunable rows and
 -- queued messages are looked for only under the instances known to have
--- them (every instance has executions, history and a lease row): a lookup
--- that finds nothing costs as much as one that finds a row.
+-- them (every instance has executions and history): a lookup that finds
+-- nothing costs as much as one that finds a row. Lease rows are looked for
+-- under every instance: an ended one has none (AckReleaseEnding in
+-- ack.sql) unless an earlier version left it, which nothing else tells,
+-- and the table holds only the instances that can still need a turn, so
+-- the lookup reads pages that are in memory.
 WITH h AS (
 	DELETE FROM history WHERE tenant_id = @tenant_id AND instance_id = ANY(@ids::TEXT[]) RETURNING 1
 ), e AS (

@@ -103,9 +103,17 @@ WHERE t.instance_id IS NULL
 -- Every row belongs to its instance: executions, history (to its
 -- execution too, unless the instance is being deleted), activity tasks,
 -- lease rows and children's parents; every instance not being deleted has
--- its lease row and its current execution. Messages are the exception by
--- design: a turn may send one to an instance that is gone, and a fetch
--- consumes it later (zombie messages).
+-- its current execution. An instance that can still need a turn (not
+-- ended, not being deleted) has its lease row; an ended one has none,
+-- unless a fetch holds a lease on it to consume the messages that reached
+-- it after it ended (ClaimZombie: leased_until > 0, until ConsumeZombies).
+-- A database written before ended instances dropped their rows holds free
+-- ones (leased_until = 0) of the instances that ended then: harmless (no
+-- claim takes a row due never, and the row goes with its instance), but
+-- this rule lists them until the janitor has deleted those instances.
+-- Messages are the exception by design: a turn may send one to an
+-- instance that is gone or has ended, and a fetch consumes it later
+-- (zombie messages).
 SELECT 'execution without instance' AS problem, e.tenant_id, e.instance_id FROM executions e
 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = e.tenant_id AND i.instance_id = e.instance_id)
 UNION ALL
@@ -122,8 +130,13 @@ SELECT 'lease without instance', l.tenant_id, l.instance_id FROM instance_leases
 WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id)
 UNION ALL
 SELECT 'instance without lease', i.tenant_id, i.instance_id FROM instances i
-WHERE NOT i.deleting
+WHERE NOT i.deleting AND i.status NOT IN ('Completed', 'Failed', 'Cancelled')
 	AND NOT EXISTS (SELECT 1 FROM instance_leases l WHERE l.tenant_id = i.tenant_id AND l.instance_id = i.instance_id)
+UNION ALL
+SELECT 'ended instance with a free lease', i.tenant_id, i.instance_id FROM instances i
+WHERE i.status IN ('Completed', 'Failed', 'Cancelled')
+	AND EXISTS (SELECT 1 FROM instance_leases l
+		WHERE l.tenant_id = i.tenant_id AND l.instance_id = i.instance_id AND l.leased_until = 0)
 UNION ALL
 SELECT 'child without parent', c.tenant_id, c.instance_id FROM instances c
 WHERE c.parent_instance_id IS NOT NULL

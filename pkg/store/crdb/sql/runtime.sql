@@ -241,7 +241,9 @@ UPDATE instance_leases SET leased_until = 0, due_at = 0 WHERE lease_token = @tok
 
 -- name: FindZombieTenant
 -- A tenant with a visible message of an instance that has no lease row
--- (it was deleted): a zombie message.
+-- (it was deleted): a zombie message. An ended instance keeps no lease row
+-- either (AckReleaseEnding in ack.sql): what reaches it later is a zombie
+-- message too.
 SELECT q.tenant_id FROM orchestrator_queue q
 WHERE q.visible_at <= @now AND NOT EXISTS (SELECT 1 FROM instance_leases l
 	WHERE l.tenant_id = q.tenant_id AND l.instance_id = q.instance_id)
@@ -249,8 +251,8 @@ LIMIT 1;
 
 -- name: ClaimZombie
 -- Leases, for a tenant, one instance among the oldest visible messages
--- (@window entries) that has no lease row: its messages outlived it. The
--- fetch then consumes them.
+-- (@window entries) that has no lease row: its messages outlived it, or
+-- came after it ended. The fetch then consumes them.
 INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at)
 SELECT @tenant_id, w.instance_id, @token, @until, @until FROM (
 	SELECT q.instance_id, q.visible_at FROM orchestrator_queue q
@@ -272,13 +274,16 @@ WHERE l.tenant_id = @tenant_id AND l.lease_token = @token AND l.leased_until > 0
 LIMIT @max_messages;
 
 -- name: ConsumeZombies
--- Deletes the messages of an instance that does not exist (unless it came
--- back meanwhile) and the lease taken on it.
+-- Deletes the messages of an instance that no turn will take them for, and
+-- the lease taken on it: one that does not exist (unless it came back
+-- meanwhile), is being deleted, or has ended (nothing makes an ended
+-- instance run again; its turn would consume them without effect).
 WITH consumed AS (
 	DELETE FROM orchestrator_queue
 	WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND id = ANY(@ids::UUID[])
 		AND NOT EXISTS (SELECT 1 FROM instances
-			WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting)
+			WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND NOT deleting
+				AND status NOT IN ('Completed', 'Failed', 'Cancelled'))
 	RETURNING id
 )
 DELETE FROM instance_leases WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token;
