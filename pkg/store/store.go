@@ -349,11 +349,12 @@ type FetchOrchestrationItemsParams struct {
 	// Max bounds the instances leased (1 when 0).
 	Max int
 	// SkipZombies leaves out the look for zombie messages (visible
-	// messages of instances that no longer exist, which no claim takes)
-	// that a fetch finding no work makes otherwise. It is for a caller that
-	// fetches often and looks for them now and then instead: they are rare
-	// (a message sent to an instance deleted meanwhile), and each look is
-	// a statement.
+	// messages of instances that no longer exist or have ended, which no
+	// claim takes) that a fetch finding no work makes otherwise. It is for
+	// a caller that fetches often and looks for them now and then instead:
+	// they are rare (a message sent to an instance deleted meanwhile, a
+	// child's result to a parent that ended first), and each look is a
+	// statement.
 	SkipZombies bool
 }
 

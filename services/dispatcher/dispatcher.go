@@ -47,8 +47,8 @@ type Config struct {
 	MinPoll, MaxPoll time.Duration
 	// ZombieInterval is how often, at most, the dispatcher's fetches that
 	// find no work look for zombie messages, the messages of instances that
-	// no longer exist, which they consume and log (default 1s; see
-	// store.FetchOrchestrationItemsParams.SkipZombies).
+	// no longer exist or have ended, which they consume and log (default
+	// 1s; see store.FetchOrchestrationItemsParams.SkipZombies).
 	ZombieInterval time.Duration
 	// TenantID restricts the dispatcher to one tenant; empty serves all
 	// tenants, in turn.

@@ -59,7 +59,9 @@ DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_tok
 -- name: AckWorkWithResult
 -- Deletes the task and enqueues its result for the instance, which it makes
 -- due at once: when the delete finds no row (the activity was cancelled,
--- its instance deleted, or its lease taken over) nothing is enqueued. The
+-- its instance deleted, or its lease taken over) nothing is enqueued. An
+-- instance that ended meanwhile has no lease row to make due (nor to lease
+-- eagerly): its result is a zombie message (ConsumeZombies in runtime.sql). The
 -- instance's lease row is written before the task's row is deleted, the
 -- order in which a turn that cancels the task takes them: the delete's
 -- condition on the wake is evaluated once, before the delete reads a row.
