@@ -66,17 +66,15 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 	}
 	now := s.now()
 	held := map[int]bool{}
-	// Statements each tenant's ack queues before its releases, and its
-	// releases (AckRelease, AckReleaseEnding or both), which return the
-	// turns that held.
-	before, releases := make([]int, len(tenants)), make([]int, len(tenants))
+	// Statements each tenant's ack queues before its AckRelease, and after.
+	before, after := make([]int, len(tenants)), make([]int, len(tenants))
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		for n, tenant := range tenants {
 			turns := make([]*store.AckOrchestrationItemParams, 0, len(byTenant[tenant]))
 			for _, i := range byTenant[tenant] {
 				turns = append(turns, p.Turns[i])
 			}
-			before[n], releases[n] = queueAck(b, tenant, turns, now)
+			before[n], after[n] = queueAck(b, tenant, turns, now)
 		}
 	}, func(br pgx.BatchResults) error {
 		clear(held)
@@ -87,19 +85,22 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 					return err
 				}
 			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			for range after[n] {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
 			ok := map[string]bool{}
-			for range releases[n] {
-				rows, err := br.Query()
-				if err != nil {
-					return err
-				}
-				done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				if err != nil {
-					return err
-				}
-				for _, id := range done {
-					ok[id] = true
-				}
+			for _, id := range done {
+				ok[id] = true
 			}
 			for _, i := range idx {
 				held[i] = ok[p.Turns[i].Lease.InstanceID]
@@ -176,17 +177,16 @@ var (
 	sqlAckEnqueue        = stmt("AckEnqueue")
 	sqlAckChildren       = stmt("AckChildren")
 	sqlAckRelease        = stmt("AckRelease")
-	sqlAckReleaseEnding  = stmt("AckReleaseEnding")
+	sqlAckDropEnded      = stmt("AckDropEnded")
 )
 
 // queueAck queues the statements of one tenant's turns (sql/ack.sql) and
-// returns how many come before the releases, and how many releases follow:
-// AckWake when the turns send to other instances; then, in this order,
-// AckCancel, the enqueue and AckChildren for what the turns do, the first
-// of them pinning the turns (AckPin goes first when only children are
-// started); then AckRelease for the turns whose instances go on and
-// AckReleaseEnding for those that end theirs.
-func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemParams, now int64) (before, releases int) {
+// returns how many come before AckRelease, and after it: AckWake when the
+// turns send to other instances; then, in this order, AckCancel, the
+// enqueue and AckChildren for what the turns do, the first of them pinning
+// the turns (AckPin goes first when only children are started); then
+// AckRelease, and AckDropEnded when turns end their instances.
+func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemParams, now int64) (before, after int) {
 	type (
 		cancelRow struct {
 			instanceID              string
@@ -223,6 +223,13 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			startKind, takenKind              string
 			input, startPayload, takenPayload []byte
 		}
+		consumedRow struct{ instanceID, messageID string }
+		eventRow    struct {
+			instanceID           string
+			executionID, eventID int64
+			kind                 string
+			payload              []byte
+		}
 	)
 	var (
 		cancels   []cancelRow
@@ -231,6 +238,8 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		messages  []messageRow
 		nexts     []nextRow
 		children  []childRow
+		consumed  []consumedRow
+		events    []eventRow
 	)
 	for _, t := range turns {
 		id, exec := t.Lease.InstanceID, t.ExecutionID
@@ -263,6 +272,12 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 				name: c.Name, version: c.Version, tags: string(tags), startKind: c.Start.Kind, takenKind: c.IfTaken.Kind,
 				input: c.Input, startPayload: c.Start.Payload, takenPayload: c.IfTaken.Payload})
 		}
+		for _, m := range t.MessageIDs {
+			consumed = append(consumed, consumedRow{id, m})
+		}
+		for _, ev := range t.History {
+			events = append(events, eventRow{instanceID: id, executionID: exec, eventID: ev.EventID, kind: ev.Kind, payload: ev.Payload})
+		}
 	}
 	args := func(more namedArgs) namedArgs {
 		more["tenant_id"], more["now"] = tenant, now
@@ -272,7 +287,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		return more
 	}
 
-	queued := 0 // before
+	queued := 0
 	if ids, delays, ok := wakeTargets(turns); ok {
 		b.Queue(sqlAckWake, namedArgs{"tenant_id": tenant, "now": now, "wake_instance_ids": ids, "wake_delays": delays})
 		queued++
@@ -340,54 +355,6 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		queued++
 	}
 
-	// The releases: the turns whose instances go on, then those that end
-	// theirs; the first takes every turn's lease row (lock_instance_ids).
-	going, ending := make([]*store.AckOrchestrationItemParams, 0, len(turns)), []*store.AckOrchestrationItemParams(nil)
-	for _, t := range turns {
-		if t.Status.Terminal() {
-			ending = append(ending, t)
-		} else {
-			going = append(going, t)
-		}
-	}
-	lock := column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID })
-	for _, r := range []struct {
-		sql   string
-		turns []*store.AckOrchestrationItemParams
-	}{{sqlAckRelease, going}, {sqlAckReleaseEnding, ending}} {
-		if len(r.turns) > 0 {
-			queueRelease(b, r.sql, tenant, r.turns, lock, now)
-			releases++
-		}
-	}
-	return queued, releases
-}
-
-// queueRelease queues AckRelease or AckReleaseEnding (sql) for turns,
-// which take the lease rows of lock.
-func queueRelease(b *pgx.Batch, sql, tenant string, turns []*store.AckOrchestrationItemParams, lock []string, now int64) {
-	type (
-		consumedRow struct{ instanceID, messageID string }
-		eventRow    struct {
-			instanceID           string
-			executionID, eventID int64
-			kind                 string
-			payload              []byte
-		}
-	)
-	var (
-		consumed []consumedRow
-		events   []eventRow
-	)
-	for _, t := range turns {
-		for _, m := range t.MessageIDs {
-			consumed = append(consumed, consumedRow{t.Lease.InstanceID, m})
-		}
-		for _, ev := range t.History {
-			events = append(events, eventRow{instanceID: t.Lease.InstanceID, executionID: t.ExecutionID, eventID: ev.EventID,
-				kind: ev.Kind, payload: ev.Payload})
-		}
-	}
 	// What each turn leaves its instance and execution: a continue-as-new
 	// keeps the instance running on the next execution.
 	type outcome struct {
@@ -408,13 +375,7 @@ func queueRelease(b *pgx.Batch, sql, tenant string, turns []*store.AckOrchestrat
 		}
 		return o
 	})
-	b.Queue(sql, namedArgs{
-		"tenant_id":                  tenant,
-		"now":                        now,
-		"lock_instance_ids":          lock,
-		"turn_instance_ids":          column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID }),
-		"turn_tokens":                column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.Token }),
-		"turn_execution_ids":         column(turns, func(t *store.AckOrchestrationItemParams) int64 { return t.ExecutionID }),
+	b.Queue(sqlAckRelease, args(namedArgs{
 		"turn_statuses":              column(outcomes, func(o outcome) string { return string(o.status) }),
 		"turn_outputs":               column(turns, func(t *store.AckOrchestrationItemParams) []byte { return t.Output }),
 		"turn_errors":                column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Error }),
@@ -432,7 +393,18 @@ func queueRelease(b *pgx.Batch, sql, tenant string, turns []*store.AckOrchestrat
 		"event_kinds":                column(events, func(r eventRow) string { return r.kind }),
 		"event_payloads":             column(events, func(r eventRow) []byte { return r.payload }),
 		"shard":                      countShard(),
-	})
+	}))
+	var ended, endedTokens []string
+	for _, t := range turns {
+		if t.Status.Terminal() {
+			ended, endedTokens = append(ended, t.Lease.InstanceID), append(endedTokens, t.Lease.Token)
+		}
+	}
+	if len(ended) == 0 {
+		return queued, 0
+	}
+	b.Queue(sqlAckDropEnded, namedArgs{"tenant_id": tenant, "now": now, "ended_instance_ids": ended, "ended_tokens": endedTokens})
+	return queued, 1
 }
 
 // wakeTargets lists the lease rows AckWake takes, in key order, with the

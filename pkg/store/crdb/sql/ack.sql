@@ -24,11 +24,7 @@
 -- when every ack takes its rows in one order, those waits never close a
 -- cycle (a bare UPDATE takes its rows in whatever order its plan reads
 -- them). The statement of an ack that first touches lease rows takes them
--- this way: AckWake, else the pinning statement, else the first release.
--- The releases are AckRelease, for the turns whose instances go on, and
--- AckReleaseEnding, for those that end theirs; a batch with both queues
--- both, and each locks the rows of every turn of the batch
--- (@lock_instance_ids), so that the first takes them all in key order.
+-- this way: AckWake, else the pinning statement, else AckRelease.
 --
 -- CockroachDB takes one write per table and statement: that is why the
 -- wake, the pin of a turn that only starts children, and the children have
@@ -269,12 +265,12 @@ SELECT @tenant_id, c.parent, c.parent_execution, c.taken_kind, c.taken_payload, 
 WHERE c.parent IN (SELECT instance_id FROM turn) AND c.instance_id NOT IN (SELECT instance_id FROM created);
 
 -- name: AckRelease
--- The last statement (AckReleaseEnding for turns that end their instance):
--- releases the leases and writes the turns' own rows, conditioned on the
--- release and on the instance (still there, not being deleted, on this
--- execution); it returns the instance ids of the turns that held. A turn
--- that only consumes messages sent to an execution already ended keeps its
--- completion time.
+-- The last statement but AckDropEnded: releases the leases and writes the
+-- turns' own rows, conditioned on the release (or, for a turn that ends
+-- its instance, on its lease) and on the instance (still there, not being
+-- deleted, on this execution); it returns the instance ids of the turns
+-- that held. A turn that only consumes messages sent to an execution
+-- already ended keeps its completion time.
 WITH t AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[],
 		@turn_statuses::TEXT[], @turn_outputs::BYTEA[], @turn_errors::TEXT[], @turn_completed_at::INT8[],
@@ -283,8 +279,8 @@ WITH t AS (
 		AS t (instance_id, token, execution_id, status, output, error, completed_at,
 			events, instance_status, instance_completed_at, current_execution_id, new_executions)
 ), locked AS (
-	SELECT o.instance_id FROM instance_leases o
-	WHERE o.tenant_id = @tenant_id AND o.instance_id = ANY(@lock_instance_ids::TEXT[])
+	SELECT o.instance_id, o.lease_token, o.leased_until FROM instance_leases o
+	WHERE o.tenant_id = @tenant_id AND o.instance_id = ANY(@turn_instance_ids::TEXT[])
 	ORDER BY o.instance_id
 	FOR UPDATE
 ), lease AS (
@@ -293,7 +289,8 @@ WITH t AS (
 	-- (AbandonOrchestrationItem in runtime.sql): a message that came in
 	-- while leased lowered due_at below leased_until. A turn that names
 	-- another execution than the current one writes nothing and consumes
-	-- nothing: its lease goes, due at its earliest message.
+	-- nothing: its lease goes, due at its earliest message. The turns that
+	-- end their instances are not released: AckDropEnded deletes their rows.
 	UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = CASE
 		WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = @tenant_id AND c.instance_id = t.instance_id
 			AND c.current_execution_id = t.execution_id AND NOT c.deleting)
@@ -313,8 +310,13 @@ WITH t AS (
 	FROM t
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[])
 		AND l.instance_id = t.instance_id AND l.lease_token = t.token AND l.leased_until > @now
-		AND l.instance_id IN (SELECT instance_id FROM locked)
+		AND l.instance_id IN (SELECT instance_id FROM locked) AND t.instance_status NOT IN ('Completed', 'Failed', 'Cancelled')
 	RETURNING l.instance_id
+), held AS (
+	SELECT instance_id FROM lease
+	UNION ALL
+	SELECT k.instance_id FROM locked k JOIN t ON t.instance_id = k.instance_id
+	WHERE k.lease_token = t.token AND k.leased_until > @now AND t.instance_status IN ('Completed', 'Failed', 'Cancelled')
 ), instance AS (
 	UPDATE instances i SET status = t.instance_status, completed_at = COALESCE(i.completed_at, t.instance_completed_at), updated_at = @now,
 		current_execution_id = t.current_execution_id, execution_count = i.execution_count + t.new_executions,
@@ -322,7 +324,7 @@ WITH t AS (
 	FROM t
 	WHERE i.tenant_id = @tenant_id AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
 		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
-		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
+		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM held)
 	RETURNING i.instance_id, i.status, i.execution_count
 ), prev AS (
 	-- The statement's snapshot: the statuses before this ack.
@@ -371,92 +373,19 @@ WITH t AS (
 )
 SELECT instance_id FROM instance;
 
--- name: AckReleaseEnding
--- AckRelease for turns that end their instances (Completed, Failed,
--- Cancelled): the lease rows are deleted, not released. A second whole
--- statement: CockroachDB refuses one that updates a table and deletes
--- from it.
-WITH t AS (
-	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[],
-		@turn_statuses::TEXT[], @turn_outputs::BYTEA[], @turn_errors::TEXT[], @turn_completed_at::INT8[],
-		@turn_events::INT8[], @turn_instance_statuses::TEXT[], @turn_instance_completed_at::INT8[],
-		@turn_current_execution_ids::INT8[], @turn_new_executions::INT8[])
-		AS t (instance_id, token, execution_id, status, output, error, completed_at,
-			events, instance_status, instance_completed_at, current_execution_id, new_executions)
-), locked AS (
-	SELECT o.instance_id FROM instance_leases o
-	WHERE o.tenant_id = @tenant_id AND o.instance_id = ANY(@lock_instance_ids::TEXT[])
-	ORDER BY o.instance_id
-	FOR UPDATE
-), lease AS (
-	-- The turns end their instances, which then need no lease row:
-	-- nothing claims an ended instance (Enqueue refuses it), so the row
-	-- goes rather than waiting, free and due never, for the instance's
-	-- delete. A message that reaches the instance later (a child's result,
-	-- one the turn left unconsumed) finds no row to make due: it is a
-	-- zombie message, which a fetch consumes (ConsumeZombies in
-	-- runtime.sql). A turn that names another execution than the one its
-	-- instance runs writes nothing and keeps the row, held until its lease
-	-- lapses.
-	DELETE FROM instance_leases l USING t
-	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND l.instance_id = t.instance_id AND l.lease_token = t.token AND l.leased_until > @now
-		AND l.instance_id IN (SELECT instance_id FROM locked)
-		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = @tenant_id AND c.instance_id = t.instance_id
-			AND c.current_execution_id <> t.execution_id AND NOT c.deleting)
-	RETURNING l.instance_id
-), instance AS (
-	UPDATE instances i SET status = t.instance_status, completed_at = COALESCE(i.completed_at, t.instance_completed_at), updated_at = @now,
-		current_execution_id = t.current_execution_id, execution_count = i.execution_count + t.new_executions,
-		event_count = i.event_count + t.events
-	FROM t
-	WHERE i.tenant_id = @tenant_id AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
-		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM lease)
-	RETURNING i.instance_id, i.status, i.execution_count
-), prev AS (
-	-- The statement's snapshot: the statuses before this ack.
-	SELECT p.instance_id, p.status FROM instances p WHERE p.tenant_id = @tenant_id AND p.instance_id = ANY(@turn_instance_ids::TEXT[])
-), chained AS (
-	-- The instances with an execution a prune can take, by status: a
-	-- continue-as-new adds one, a change of status moves it.
-	INSERT INTO instance_prunable (tenant_id, instance_id, status)
-	SELECT @tenant_id, x.instance_id, x.status FROM instance x
-	JOIN prev p ON p.instance_id = x.instance_id
-	JOIN t ON t.instance_id = x.instance_id
-	WHERE x.execution_count > 1 AND (t.new_executions > 0 OR p.status <> x.status)
-	ON CONFLICT (tenant_id, instance_id) DO UPDATE SET status = excluded.status
-	RETURNING 1
-), moved AS (
-	SELECT p.status, -1 AS d FROM instance x JOIN prev p ON p.instance_id = x.instance_id WHERE p.status <> x.status
-	UNION ALL
-	SELECT x.status, 1 FROM instance x JOIN prev p ON p.instance_id = x.instance_id WHERE p.status <> x.status
-), counted AS (
-	INSERT INTO instance_counts (tenant_id, status, shard, n)
-	SELECT @tenant_id, status, @shard, sum(d)::INT8 FROM moved GROUP BY status HAVING sum(d) <> 0 ORDER BY status
-	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
-	RETURNING 1
-), consumed AS (
-	DELETE FROM orchestrator_queue q
-	WHERE q.tenant_id = @tenant_id AND q.instance_id = ANY(@turn_instance_ids::TEXT[]) AND q.id = ANY(@consumed_message_ids::UUID[])
-		AND (q.instance_id, q.id) IN (SELECT * FROM unnest(@consumed_instance_ids::TEXT[], @consumed_message_ids::UUID[]))
-		AND q.instance_id IN (SELECT instance_id FROM instance)
-	RETURNING 1
-), appended AS (
-	INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, payload, created_at)
-	SELECT @tenant_id, u.instance_id, u.execution_id, u.event_id, u.kind, u.payload, @now
-	FROM unnest(@event_instance_ids::TEXT[], @event_execution_ids::INT8[], @event_ids::INT8[], @event_kinds::TEXT[],
-		@event_payloads::BYTEA[])
-		AS u (instance_id, execution_id, event_id, kind, payload)
-	WHERE u.instance_id IN (SELECT instance_id FROM instance)
-	RETURNING 1
-), execution AS (
-	UPDATE executions e SET status = t.status, output = t.output, error = NULLIF(t.error, ''),
-		completed_at = COALESCE(e.completed_at, t.completed_at), event_count = e.event_count + t.events
-	FROM t
-	WHERE e.tenant_id = @tenant_id AND e.instance_id = ANY(@turn_instance_ids::TEXT[])
-		AND e.instance_id = t.instance_id AND e.execution_id = t.execution_id
-		AND t.instance_id IN (SELECT instance_id FROM instance)
-	RETURNING 1
-)
-SELECT instance_id FROM instance;
+-- name: AckDropEnded
+-- Follows AckRelease when turns end their instances (Completed, Failed,
+-- Cancelled): deletes their lease rows, which AckRelease left held under
+-- the turns' tokens (and locked), where it wrote the end. Nothing claims
+-- an ended instance (Enqueue refuses it), so its row would only wait, due
+-- never, for the instance's delete. A message that reaches it later (a
+-- child's result to a parent that ended first, one the turn left
+-- unconsumed) finds no row to make due: it is a zombie message, which a
+-- fetch consumes (ConsumeZombies in runtime.sql). A statement of its own:
+-- CockroachDB refuses one that updates a table and deletes from it.
+DELETE FROM instance_leases l
+WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@ended_instance_ids::TEXT[])
+	AND (l.instance_id, l.lease_token) IN (SELECT * FROM unnest(@ended_instance_ids::TEXT[], @ended_tokens::UUID[]))
+	AND l.leased_until > @now
+	AND EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = @tenant_id AND i.instance_id = l.instance_id
+		AND i.status IN ('Completed', 'Failed', 'Cancelled') AND NOT i.deleting);

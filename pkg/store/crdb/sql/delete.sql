@@ -30,7 +30,7 @@ FROM (
 -- queued messages are looked for only under the instances known to have
 -- them (every instance has executions and history): a lookup that finds
 -- nothing costs as much as one that finds a row. Lease rows are looked for
--- under every instance: an ended one has none (AckReleaseEnding in
+-- under every instance: an ended one has none (AckDropEnded in
 -- ack.sql) unless an earlier version left it, which nothing else tells,
 -- and the table holds only the instances that can still need a turn, so
 -- the lookup reads pages that are in memory.

@@ -242,7 +242,7 @@ UPDATE instance_leases SET leased_until = 0, due_at = 0 WHERE lease_token = @tok
 -- name: FindZombieTenant
 -- A tenant with a visible message of an instance that has no lease row
 -- (it was deleted): a zombie message. An ended instance keeps no lease row
--- either (AckReleaseEnding in ack.sql): what reaches it later is a zombie
+-- either (AckDropEnded in ack.sql): what reaches it later is a zombie
 -- message too.
 SELECT q.tenant_id FROM orchestrator_queue q
 WHERE q.visible_at <= @now AND NOT EXISTS (SELECT 1 FROM instance_leases l
