@@ -257,10 +257,10 @@ func TestMigrationLease(t *testing.T) {
 	require.Zero(t, locks)
 }
 
-// The tables the turns' statements name are vacuumed and analyzed late
-// while they are small (pg_only/0003): each vacuum or analyze that changes
-// their counts makes every backend plan those statements anew. CockroachDB
-// has no such options.
+// The large tables the turns' statements name are vacuumed and analyzed
+// late while they are small (pg_only/0003): each vacuum or analyze that
+// changes their counts makes every backend plan those statements anew.
+// CockroachDB has no such options.
 func TestHotTablesVacuumLateWhileSmall(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -273,12 +273,12 @@ func TestHotTablesVacuumLateWhileSmall(t *testing.T) {
 		"instances":       {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
 		"executions":      {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
 		"history":         {"autovacuum_vacuum_threshold=10000", "autovacuum_vacuum_insert_threshold=10000", "autovacuum_analyze_threshold=10000"},
-		"instance_counts": {"autovacuum_vacuum_threshold=10000", "autovacuum_analyze_threshold=10000"},
+		"instance_counts": nil, // vacuumed at every round: see the migration
 	}
 	for table, options := range want {
 		var got []string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT COALESCE(reloptions, '{}') FROM pg_class WHERE relname = $1 AND relkind = 'r'`, table).Scan(&got), table)
-		if cockroach {
+		if cockroach || options == nil {
 			require.NotContains(t, strings.Join(got, ","), "autovacuum", table)
 			continue
 		}
