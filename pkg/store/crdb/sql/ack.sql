@@ -382,10 +382,13 @@ SELECT instance_id FROM instance;
 -- child's result to a parent that ended first, one the turn left
 -- unconsumed) finds no row to make due: it is a zombie message, which a
 -- fetch consumes (ConsumeZombies in runtime.sql). A statement of its own:
--- CockroachDB refuses one that updates a table and deletes from it.
+-- CockroachDB refuses one that updates a table and deletes from it. The
+-- instance is read by a scalar subquery, per lease row: as a join, a plan
+-- made without knowing the turns (a generic plan on fresh statistics)
+-- scans the tenant's instances.
 DELETE FROM instance_leases l
 WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@ended_instance_ids::TEXT[])
 	AND (l.instance_id, l.lease_token) IN (SELECT * FROM unnest(@ended_instance_ids::TEXT[], @ended_tokens::UUID[]))
 	AND l.leased_until > @now
-	AND EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = @tenant_id AND i.instance_id = l.instance_id
-		AND i.status IN ('Completed', 'Failed', 'Cancelled') AND NOT i.deleting);
+	AND (SELECT i.status IN ('Completed', 'Failed', 'Cancelled') AND NOT i.deleting FROM instances i
+		WHERE i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id);
