@@ -45,3 +45,23 @@ func TestErrorCode(t *testing.T) {
 	require.Equal(t, "canceled", ErrorCode(context.Canceled))
 	require.Equal(t, "other", ErrorCode(errors.New("boom")))
 }
+
+func TestACallEndedByTheRunsDeadlineIsACutOffNotAFailure(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	running := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	deadline := fmt.Errorf("wait: %w", context.DeadlineExceeded)
+
+	// The server holds the deadline to the millisecond below the client's.
+	require.True(t, cutOff(running, deadline, end.Add(-700*time.Microsecond), end))
+	require.True(t, cutOff(running, deadline, end, end))
+	require.True(t, cutOff(ended, errors.New("canceled"), end.Add(time.Millisecond), end))
+
+	require.False(t, cutOff(running, deadline, end.Add(-2*time.Millisecond), end),
+		"a deadline met well before the run's end is a failure")
+	require.False(t, cutOff(running, errors.New("unavailable"), end, end))
+	require.False(t, cutOff(ended, errors.New("canceled"), end.Add(-time.Second), end),
+		"a run stopped early records what its calls met")
+}

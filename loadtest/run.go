@@ -98,10 +98,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					defer inFlight.Add(-1)
 					err := l.runOne(runCtx, t.client, seq)
 					now := time.Now()
-					// Cut off by the end of the run, not a failure: the run's
-					// context ended, or a call found its deadline passed before
-					// the context's own timer went off.
-					if !now.Before(end) && (runCtx.Err() != nil || errors.Is(err, context.DeadlineExceeded)) {
+					if cutOff(runCtx, err, now, end) {
 						return
 					}
 					rec.Record(t.plan.ID, l.Name, now, now.Sub(due), err)
@@ -166,6 +163,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // open-loop (the i-th arrival due at t0 + i/rate). It calls one for each
 // orchestration, with its sequence number in the load (from 1) and when it
 // was due, and returns once every call has returned.
+// cutOff reports whether a run's call ended because the run did, not by a
+// failure: the run's context ended, or the call met its deadline, which is
+// the run's end. Connect sends a deadline in whole milliseconds, rounded
+// down, so the server may end a call up to a millisecond before the client's
+// clock reaches it.
+func cutOff(runCtx context.Context, err error, now, end time.Time) bool {
+	if runCtx.Err() != nil && !now.Before(end) {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) && !now.Before(end.Add(-time.Millisecond))
+}
+
 func Drive(ctx context.Context, l *LoadPlan, t0, end time.Time, one func(seq int64, due time.Time)) {
 	var seq atomic.Int64
 	run := func(due time.Time) { one(seq.Add(1), due) }
