@@ -175,7 +175,7 @@ func startServer(ctx context.Context, bin, dir, data string, port int, remove bo
 		"-c", "port=" + strconv.Itoa(port),
 		"-c", "unix_socket_directories=" + dir,
 		"-c", "max_connections=400",
-		"-c", "shared_buffers=256MB",
+		"-c", "shared_buffers=" + sharedBuffers(memTotal()),
 		"-c", "max_pred_locks_per_transaction=256",
 		// Queue tables churn: vacuum and analyze them often, or scans of
 		// their index heads wade through dead entries on stale statistics.
@@ -283,4 +283,34 @@ func readTail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(bytes.TrimSpace(b))
+}
+
+// sharedBuffers sizes PostgreSQL's buffer cache from the machine's memory:
+// a sixteenth of it, between 128 MB and 1 GB. PostgreSQL's own default (128
+// MB) leaves the indexes of a few million instances outside it, and every
+// page the janitor's deletes and the turns' lookups then find only in the
+// OS's cache costs a copy and a buffer eviction; the cap keeps an embedded
+// database beside the processes it serves. Unknown memory: the floor.
+func sharedBuffers(mem int64) string {
+	const mb = 1 << 20
+	return strconv.FormatInt(min(max(mem/16, 128*mb), 1024*mb)/mb, 10) + "MB"
+}
+
+// memTotal is the machine's memory in bytes from /proc/meminfo; 0 where
+// there is none.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }

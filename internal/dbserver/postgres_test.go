@@ -80,6 +80,12 @@ func TestStopRemovesServerAndFiles(t *testing.T) {
 	require.NoError(t, err)
 	var dir string
 	require.NoError(t, conn.QueryRow(t.Context(), "SHOW data_directory").Scan(&dir))
+	if !strings.Contains(os.Getenv("ORCHARD_TESTDB_SETTINGS"), "shared_buffers") {
+		var buffers, want int64
+		require.NoError(t, conn.QueryRow(t.Context(), "SELECT pg_size_bytes(current_setting('shared_buffers')), pg_size_bytes($1)",
+			sharedBuffers(memTotal())).Scan(&buffers, &want))
+		require.Equal(t, want, buffers, "the server's buffer cache is sized from this machine's memory")
+	}
 	conn.Close(t.Context())
 	require.DirExists(t, dir)
 
@@ -111,4 +117,20 @@ func waitABit(t *testing.T) {
 	case <-t.Context().Done():
 	case <-time.After(50 * time.Millisecond):
 	}
+}
+
+func TestSharedBuffersFollowMemory(t *testing.T) {
+	t.Parallel()
+	const gb = 1 << 30
+	for mem, want := range map[int64]string{
+		0:       "128MB", // unknown
+		1 * gb:  "128MB",
+		4 * gb:  "256MB",
+		8 * gb:  "512MB",
+		24 * gb: "1024MB",
+		64 * gb: "1024MB",
+	} {
+		require.Equal(t, want, sharedBuffers(mem), "memory %d", mem)
+	}
+	require.Positive(t, memTotal(), "this machine's memory, from /proc/meminfo")
 }
