@@ -48,6 +48,9 @@ type Options struct {
 	// Pacer paces the work beside the tenants' own load (see Pacer); nil:
 	// no pause between batches.
 	Pacer *Pacer
+	// Audit, when set, is the audit record every batch counts what it
+	// removed into, in its own transaction (store's Audit params).
+	Audit string
 }
 
 // deleteConcurrency is how many bulk deletes run at once. Flat out (no
@@ -133,7 +136,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 		g.Go(func() error {
 			start := time.Now()
 			bctx, cancel := BatchContext(gctx)
-			res, err := s.DeleteExpired(bctx, &store.DeleteExpiredParams{TenantID: tenantID, Roots: batch})
+			res, err := s.DeleteExpired(bctx, &store.DeleteExpiredParams{TenantID: tenantID, Roots: batch, Audit: o.Audit})
 			cancel()
 			if res != nil {
 				report(Result{Deleted: *res})
@@ -157,7 +160,7 @@ func Apply(ctx context.Context, s Store, tenantID string, policy store.Retention
 		start := time.Now()
 		bctx, cancel := BatchContext(ctx)
 		res, err := s.PruneExecutionsBulk(bctx, &store.PruneExecutionsBulkParams{
-			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids}, Options: opts, Limit: len(ids),
+			TenantID: tenantID, Filter: store.InstanceFilter{InstanceIDs: ids}, Options: opts, Limit: len(ids), Audit: o.Audit,
 		})
 		cancel()
 		if res != nil {

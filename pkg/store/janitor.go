@@ -39,13 +39,24 @@ type Janitor interface {
 
 	// StartAudit writes a record before the work it describes (or finds
 	// the one a crashed attempt left, and keeps it); FinishAudit records how
-	// the work ended. ListAuditRecords pages through them, newest first;
-	// PruneAuditRecords deletes records that started before a time, a
-	// bounded number at a time.
+	// the work ended. What the work removed is not passed around: each
+	// delete, prune or erase given the record's id (their Audit params)
+	// counts it into the record in its own transactions (tallies), and
+	// FinishAudit folds those into the record's result. ListAuditRecords
+	// pages through them, newest first, each with its tallies counted;
+	// PruneAuditRecords deletes records (and their tallies) that started
+	// before a time, a bounded number at a time.
 	StartAudit(ctx context.Context, r *AuditRecord) error
-	FinishAudit(ctx context.Context, r *AuditRecord) error
+	FinishAudit(ctx context.Context, p *FinishAuditParams) error
 	ListAuditRecords(ctx context.Context, p *ListAuditRecordsParams) ([]AuditRecord, error)
 	PruneAuditRecords(ctx context.Context, p *PruneAuditRecordsParams) (int64, error)
+	// GetRootTally sums what the DeleteInstance calls under an audit
+	// record removed of one root's tree, in the transactions that
+	// committed; ErrNotFound when none did. It sees the record's work until
+	// FinishAudit (which folds the tallies into the record): a graceful
+	// delete retried after a crash tells by it a root it deleted from one
+	// that was gone before.
+	GetRootTally(ctx context.Context, p *GetRootTallyParams) (*AuditResult, error)
 
 	// CreateOperation records work for the janitor; GetOperation reads it;
 	// ListOpenOperations pages through the pending and running ones of
@@ -101,6 +112,9 @@ type ExpiryCandidate struct {
 type DeleteExpiredParams struct {
 	TenantID string
 	Roots    []ExpiryCandidate
+	// Audit, when set, names the audit record each transaction counts
+	// what it removed into (see DeleteInstanceParams.Audit).
+	Audit string
 }
 
 // SummarizeTreesParams names roots.
@@ -183,7 +197,28 @@ type AuditRecord struct {
 	Error      string
 }
 
-// AuditResult counts what a delete or prune removed.
+// FinishAuditParams says how the work of an audit record ended.
+type FinishAuditParams struct {
+	TenantID string
+	RecordID string
+	// Complete is false when work is left for another call or run.
+	Complete bool
+	// FinishedAt set marks the record finished; zero leaves it open (a
+	// job that goes on later).
+	FinishedAt time.Time
+	Error      string
+}
+
+// GetRootTallyParams names a root deleted under an audit record.
+type GetRootTallyParams struct {
+	TenantID string
+	RecordID string
+	RootID   string
+}
+
+// AuditResult counts what a delete or prune removed: instances (with
+// their trees' members), executions and history events, or rows of any
+// table for an erasure. A prune removes no instance.
 type AuditResult struct {
 	Instances  int64 `json:"instances,omitempty"`
 	Executions int64 `json:"executions,omitempty"`
@@ -264,7 +299,8 @@ type EraseTenantRowsParams struct {
 	// most the store's rows per transaction.
 	MaxRows int
 	// KeepRecordID is the audit record that survives the erasure (its
-	// tombstone).
+	// tombstone); when set, each transaction counts the rows it erased
+	// into it, in that transaction.
 	KeepRecordID string
 }
 

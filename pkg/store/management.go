@@ -199,6 +199,11 @@ type DeleteInstanceParams struct {
 	TenantID   string
 	InstanceID string
 	Force      bool
+	// Audit, when set, names the audit record (written by StartAudit)
+	// that each transaction of the call counts what it removed into, in
+	// that same transaction: the record's counts are then exact whatever
+	// the moment the caller dies.
+	Audit string
 }
 
 // DeleteResult counts what a delete removed, descendants included.
@@ -224,6 +229,11 @@ type DeleteInstanceBulkParams struct {
 	// Limit bounds the trees deleted by this call (DefaultBulkLimit when 0),
 	// applied after every filter.
 	Limit int
+	// Audit, when set, names the audit record (written by StartAudit)
+	// that each transaction of the call counts what it removed into, in
+	// that same transaction: the record's counts are then exact whatever
+	// the moment the caller dies.
+	Audit string
 }
 
 // BulkDeleteResult says what a bulk delete did and whether it is done.
@@ -249,6 +259,11 @@ type PruneExecutionsParams struct {
 	TenantID   string
 	InstanceID string
 	Options    PruneOptions
+	// Audit, when set, names the audit record (written by StartAudit)
+	// that each transaction of the call counts what it removed into, in
+	// that same transaction: the record's counts are then exact whatever
+	// the moment the caller dies.
+	Audit string
 }
 
 // PruneResult counts what a prune removed.
@@ -272,6 +287,11 @@ type PruneExecutionsBulkParams struct {
 	// Limit bounds the instances processed by this call (DefaultBulkLimit
 	// when 0), applied after every filter.
 	Limit int
+	// Audit, when set, names the audit record (written by StartAudit)
+	// that each transaction of the call counts what it removed into, in
+	// that same transaction: the record's counts are then exact whatever
+	// the moment the caller dies.
+	Audit string
 }
 
 // BulkPruneResult says what a bulk prune did and whether it is done.

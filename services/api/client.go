@@ -364,15 +364,12 @@ func (c *clientService) DeleteInstance(ctx context.Context, req *connect.Request
 		return connect.NewResponse(&orchardv1.DeleteInstanceResponse{OperationId: op}), nil
 	}
 	var res *store.DeleteResult
-	err := c.s.audited(ctx, store.AuditDeleteInstance, m, func() (store.AuditResult, error) {
+	err := c.s.audited(ctx, store.AuditDeleteInstance, m, func(record string) (bool, error) {
 		var err error
 		res, err = c.s.store.DeleteInstance(ctx, &store.DeleteInstanceParams{
-			TenantID: tenantOf(ctx).TenantID, InstanceID: m.InstanceId, Force: m.Force,
+			TenantID: tenantOf(ctx).TenantID, InstanceID: m.InstanceId, Force: m.Force, Audit: record,
 		})
-		if err != nil {
-			return store.AuditResult{}, err
-		}
-		return deleteAudit(*res, true), nil
+		return err == nil, err
 	})
 	if err != nil {
 		return nil, err
@@ -448,15 +445,12 @@ func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Reques
 		return connect.NewResponse(&orchardv1.DeleteInstancesResponse{Counts: &orchardv1.DeleteCounts{}, OperationId: op}), nil
 	}
 	var res *store.BulkDeleteResult
-	err := c.s.audited(ctx, store.AuditDeleteInstances, m, func() (store.AuditResult, error) {
+	err := c.s.audited(ctx, store.AuditDeleteInstances, m, func(record string) (bool, error) {
 		var err error
 		res, err = c.s.store.DeleteInstanceBulk(ctx, &store.DeleteInstanceBulkParams{
-			TenantID: tenantOf(ctx).TenantID, Filter: filter, Limit: int(m.Limit),
+			TenantID: tenantOf(ctx).TenantID, Filter: filter, Limit: int(m.Limit), Audit: record,
 		})
-		if res == nil {
-			return store.AuditResult{}, err
-		}
-		return deleteAudit(res.DeleteResult, res.Complete), err
+		return res != nil && res.Complete, err
 	})
 	if err != nil {
 		return nil, err
@@ -470,15 +464,12 @@ func (c *clientService) DeleteInstances(ctx context.Context, req *connect.Reques
 
 func (c *clientService) PruneExecutions(ctx context.Context, req *connect.Request[orchardv1.PruneExecutionsRequest]) (*connect.Response[orchardv1.PruneExecutionsResponse], error) {
 	var res *store.PruneResult
-	err := c.s.audited(ctx, store.AuditPruneExecutions, req.Msg, func() (store.AuditResult, error) {
+	err := c.s.audited(ctx, store.AuditPruneExecutions, req.Msg, func(record string) (bool, error) {
 		var err error
 		res, err = c.s.store.PruneExecutions(ctx, &store.PruneExecutionsParams{
-			TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Options: pruneOptions(req.Msg.Options),
+			TenantID: tenantOf(ctx).TenantID, InstanceID: req.Msg.InstanceId, Options: pruneOptions(req.Msg.Options), Audit: record,
 		})
-		if res == nil {
-			return store.AuditResult{}, err
-		}
-		return pruneAudit(*res, err == nil), err
+		return err == nil, err
 	})
 	if err != nil {
 		return nil, err
@@ -493,15 +484,12 @@ func (c *clientService) PruneExecutionsBulk(ctx context.Context, req *connect.Re
 		return nil, err
 	}
 	var res *store.BulkPruneResult
-	err := c.s.audited(ctx, store.AuditPruneBulk, m, func() (store.AuditResult, error) {
+	err := c.s.audited(ctx, store.AuditPruneBulk, m, func(record string) (bool, error) {
 		var err error
 		res, err = c.s.store.PruneExecutionsBulk(ctx, &store.PruneExecutionsBulkParams{
-			TenantID: tenantOf(ctx).TenantID, Filter: filter, Options: pruneOptions(m.Options), Limit: int(m.Limit),
+			TenantID: tenantOf(ctx).TenantID, Filter: filter, Options: pruneOptions(m.Options), Limit: int(m.Limit), Audit: record,
 		})
-		if res == nil {
-			return store.AuditResult{}, err
-		}
-		return pruneAudit(res.PruneResult, res.Complete), err
+		return res != nil && res.Complete, err
 	})
 	if err != nil {
 		return nil, err

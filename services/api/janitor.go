@@ -61,8 +61,12 @@ func actor(ctx context.Context) (subject, role string) {
 
 // audited runs a delete or prune of the calling tenant under an audit
 // record: written before the work (so a crash leaves one that says it did
-// not finish), finished after it with what went.
-func (s *Server) audited(ctx context.Context, action string, req proto.Message, work func() (store.AuditResult, error)) error {
+// not finish), finished after it. work is given the record's id, which it
+// passes to the store (the Audit params): each of the store's transactions
+// counts what it removed into the record as it commits, so the counts are
+// exact even when the process dies before the record is finished. work
+// says whether the request is done (nothing left to call again for).
+func (s *Server) audited(ctx context.Context, action string, req proto.Message, work func(record string) (complete bool, err error)) error {
 	subject, role := actor(ctx)
 	request, err := protojson.Marshal(req)
 	if err != nil {
@@ -75,8 +79,8 @@ func (s *Server) audited(ctx context.Context, action string, req proto.Message, 
 	if err := s.store.StartAudit(ctx, rec); err != nil {
 		return err
 	}
-	res, werr := work()
-	finish := &store.AuditRecord{TenantID: rec.TenantID, RecordID: rec.RecordID, Result: res, FinishedAt: time.Now()}
+	complete, werr := work(rec.RecordID)
+	finish := &store.FinishAuditParams{TenantID: rec.TenantID, RecordID: rec.RecordID, Complete: complete, FinishedAt: time.Now()}
 	if werr != nil {
 		finish.Error = werr.Error()
 	}
@@ -85,14 +89,6 @@ func (s *Server) audited(ctx context.Context, action string, req proto.Message, 
 		return err
 	}
 	return werr
-}
-
-func deleteAudit(r store.DeleteResult, complete bool) store.AuditResult {
-	return store.AuditResult{Instances: r.InstancesDeleted, Executions: r.ExecutionsDeleted, Events: r.EventsDeleted, Complete: complete}
-}
-
-func pruneAudit(r store.PruneResult, complete bool) store.AuditResult {
-	return store.AuditResult{Instances: r.InstancesProcessed, Executions: r.ExecutionsDeleted, Events: r.EventsDeleted, Complete: complete}
 }
 
 // defaultGracefulTimeout is how long a graceful delete waits by default.

@@ -109,26 +109,21 @@ func (j *Janitor) retention(ctx context.Context, job *river.Job[retentionArgs]) 
 		return err
 	}
 	run := &store.JanitorRun{TenantID: tenantID, RunID: runID, Triggered: job.Args.Triggered}
-	// The batches write what they deleted to the audit record as they
-	// commit, so a job cut short between batches leaves a record that
-	// counts them and says it did not finish.
-	var progressErr error
+	// Each batch counts what it deleted into the audit record in its own
+	// transaction, so a job cut short at any point leaves a record that
+	// counts exactly what went and says it did not finish.
 	res, err := retention.Apply(ctx, j.cfg.Store, tenantID, t.Retention, retention.Options{
 		Now: j.cfg.Clock.Now(), PageSize: j.cfg.PageSize, Deadline: started.Add(j.cfg.JobBudget), Pacer: j.pacer,
+		Audit: audit.RecordID,
 		OnBatch: func(b retention.Result) {
 			j.cfg.Metrics.deleted(ctx, b)
 			if j.pacer != nil {
 				j.cfg.Metrics.duty(ctx, j.pacer.Duty())
 			}
-			step := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, Result: auditResult(b)}
-			if err := j.cfg.Store.FinishAudit(context.WithoutCancel(ctx), step); err != nil && progressErr == nil {
-				progressErr = err
-			}
 		},
 	})
 	run.InstancesDeleted, run.ExecutionsDeleted, run.EventsDeleted = res.Deleted.InstancesDeleted, res.Executions(), res.Events()
 	run.Complete = err == nil && res.Complete
-	err = cmp.Or(err, progressErr)
 	if err != nil {
 		run.Error = err.Error()
 	}
@@ -137,7 +132,7 @@ func (j *Janitor) retention(ctx context.Context, job *river.Job[retentionArgs]) 
 	if ferr := j.cfg.Store.FinishJanitorRun(bg, run); ferr != nil && err == nil {
 		err = ferr
 	}
-	finish := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, Result: store.AuditResult{Complete: run.Complete}, Error: run.Error}
+	finish := &store.FinishAuditParams{TenantID: tenantID, RecordID: audit.RecordID, Complete: run.Complete, Error: run.Error}
 	if run.Complete {
 		finish.FinishedAt = j.cfg.Clock.Now()
 	}
@@ -206,29 +201,27 @@ func (j *Janitor) erase(ctx context.Context, job *river.Job[eraseArgs]) (err err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// Each step's transactions count the rows they erase into the
+		// tombstone record.
 		sctx, cancel := retention.BatchContext(ctx)
 		res, err := j.cfg.Store.EraseTenantRows(sctx, &store.EraseTenantRowsParams{
 			TenantID: tenantID, MaxRows: j.cfg.EraseRowsPerStep, KeepRecordID: record.RecordID,
 		})
 		cancel()
 		if res != nil {
-			var rows int64
 			for table, n := range res.Rows {
-				rows += n
 				j.cfg.Metrics.erased(ctx, table, n)
-			}
-			step := &store.AuditRecord{TenantID: tenantID, RecordID: record.RecordID, Result: store.AuditResult{Rows: rows, Complete: res.Done}}
-			if res.Done {
-				step.FinishedAt = j.cfg.Clock.Now()
-			}
-			if ferr := j.cfg.Store.FinishAudit(context.WithoutCancel(ctx), step); ferr != nil && err == nil {
-				err = ferr
 			}
 		}
 		if err != nil {
 			return err
 		}
 		if res.Done {
+			err := j.cfg.Store.FinishAudit(context.WithoutCancel(ctx), &store.FinishAuditParams{TenantID: tenantID, RecordID: record.RecordID,
+				Complete: true, FinishedAt: j.cfg.Clock.Now()})
+			if err != nil {
+				return err
+			}
 			j.cfg.Logger.Info("tenant erased", "tenant", tenantID)
 			j.cfg.Metrics.backlog(tenantID, 0)
 			return nil
@@ -237,10 +230,6 @@ func (j *Janitor) erase(ctx context.Context, job *river.Job[eraseArgs]) (err err
 			return river.JobSnooze(snooze)
 		}
 	}
-}
-
-func auditResult(r retention.Result) store.AuditResult {
-	return store.AuditResult{Instances: r.Deleted.InstancesDeleted, Executions: r.Executions(), Events: r.Events()}
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -341,8 +330,11 @@ type GracefulDelete struct {
 
 // GracefulDeleteResult is what a graceful delete removed. The operation row
 // holds it while the deletes run, one root at a time in the request's
-// order, so that a job cut short and retried counts what the earlier
-// attempt deleted and does not take those roots for skipped ones.
+// order, so that a job cut short and retried goes on from where it was.
+// What a root's delete removed is read back from the audit record's tally
+// of that root, which its transactions wrote as they committed: a job cut
+// short between a root's delete and the update of this progress counts
+// the root, when retried, as deleted with all it removed, not as skipped.
 type GracefulDeleteResult struct {
 	store.DeleteResult
 	// Done is how many of the request's roots were deleted or skipped.
@@ -433,8 +425,7 @@ func (j *Janitor) gracefulDelete(ctx context.Context, op *store.Operation) error
 		}
 	}
 	// The counts are in the record already, root by root.
-	finish := &store.AuditRecord{TenantID: tenantID, RecordID: audit.RecordID, FinishedAt: j.cfg.Clock.Now(),
-		Result: store.AuditResult{Complete: true}}
+	finish := &store.FinishAuditParams{TenantID: tenantID, RecordID: audit.RecordID, FinishedAt: j.cfg.Clock.Now(), Complete: true}
 	if err := j.cfg.Store.FinishAudit(ctx, finish); err != nil {
 		return err
 	}
@@ -442,28 +433,31 @@ func (j *Janitor) gracefulDelete(ctx context.Context, op *store.Operation) error
 	return j.cfg.Store.UpdateOperation(ctx, op)
 }
 
-// deleteRoot deletes one root of a graceful delete and records it in the
-// audit record and in the operation's progress. The three run under a batch
+// deleteRoot deletes one root of a graceful delete under its audit record
+// and records it in the operation's progress. They run under a batch
 // context: a job stopped meanwhile lets them finish, and stops before the
 // next root.
 func (j *Janitor) deleteRoot(ctx context.Context, op *store.Operation, recordID, id string, res *GracefulDeleteResult) error {
 	bctx, cancel := retention.BatchContext(ctx)
 	defer cancel()
-	r, err := j.cfg.Store.DeleteInstance(bctx, &store.DeleteInstanceParams{TenantID: op.TenantID, InstanceID: id})
+	r, err := j.cfg.Store.DeleteInstance(bctx, &store.DeleteInstanceParams{TenantID: op.TenantID, InstanceID: id, Audit: recordID})
 	if err != nil {
 		return err
 	}
-	if r.InstancesDeleted == 0 {
+	// What this operation's deletes of the root removed, in this attempt
+	// and in one that died before it recorded its progress: none at all
+	// means the root was gone before.
+	tally, err := j.cfg.Store.GetRootTally(bctx, &store.GetRootTallyParams{TenantID: op.TenantID, RecordID: recordID, RootID: id})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		res.Skipped = append(res.Skipped, id)
+	case err != nil:
+		return err
+	default:
+		res.Add(store.DeleteResult{InstancesDeleted: tally.Instances, ExecutionsDeleted: tally.Executions,
+			EventsDeleted: tally.Events, QueueMessagesDeleted: r.QueueMessagesDeleted})
 	}
 	res.Done++
-	res.Add(*r)
-	step := &store.AuditRecord{TenantID: op.TenantID, RecordID: recordID, Result: store.AuditResult{
-		Instances: r.InstancesDeleted, Executions: r.ExecutionsDeleted, Events: r.EventsDeleted,
-	}}
-	if err := j.cfg.Store.FinishAudit(bctx, step); err != nil {
-		return err
-	}
 	op.Result = mustJSON(res)
 	return j.cfg.Store.UpdateOperation(bctx, op)
 }
@@ -476,7 +470,7 @@ func (j *Janitor) failOperation(ctx context.Context, op *store.Operation, cause 
 	if err := j.cfg.Store.UpdateOperation(ctx, op); err != nil {
 		return err
 	}
-	return j.cfg.Store.FinishAudit(ctx, &store.AuditRecord{TenantID: op.TenantID, RecordID: operationRecordID(op),
+	return j.cfg.Store.FinishAudit(ctx, &store.FinishAuditParams{TenantID: op.TenantID, RecordID: operationRecordID(op),
 		FinishedAt: j.cfg.Clock.Now(), Error: op.Error})
 }
 

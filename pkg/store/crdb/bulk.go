@@ -62,7 +62,7 @@ func (s *Store) DeleteInstanceBulk(ctx context.Context, p *store.DeleteInstanceB
 			return res, nil
 		}
 		after = keys[len(keys)-1]
-		step, trees, err := s.deleteTrees(ctx, p.TenantID, keys)
+		step, trees, err := s.deleteTrees(ctx, p.TenantID, keys, p.Audit)
 		res.Add(step)
 		deleted += trees
 		if err != nil {
@@ -144,16 +144,17 @@ func (s *Store) DeleteExpired(ctx context.Context, p *store.DeleteExpiredParams)
 	for i, c := range p.Roots {
 		keys[i] = bulkKey{completedAt: c.CompletedAt.UnixMilli(), id: c.InstanceID}
 	}
-	res, _, err := s.deleteTrees(ctx, p.TenantID, keys)
+	res, _, err := s.deleteTrees(ctx, p.TenantID, keys, p.Audit)
 	return &res, err
 }
 
 // deleteTrees deletes the trees of these roots, each only while its root
 // is terminal with the completion time of its key and no member runs:
 // small trees many to a transaction (at most maxRootsPerTransaction), a
-// tree bigger than one transaction through DeleteInstance. It reports how
-// many trees it deleted.
-func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKey) (store.DeleteResult, int, error) {
+// tree bigger than one transaction through DeleteInstance, each
+// transaction tallying what it removed under the audit record. It reports
+// how many trees it deleted.
+func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKey, audit string) (store.DeleteResult, int, error) {
 	var res store.DeleteResult
 	deleted := 0
 	for len(roots) > 0 {
@@ -162,7 +163,7 @@ func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKe
 		var handled, trees int
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, tenantID, roots[:min(len(roots), maxRootsPerTransaction)])
+			step, big, handled, trees, err = s.deleteSmallTrees(ctx, tx, tenantID, roots[:min(len(roots), maxRootsPerTransaction)], audit)
 			return err
 		})
 		if err != nil {
@@ -172,7 +173,7 @@ func (s *Store) deleteTrees(ctx context.Context, tenantID string, roots []bulkKe
 		res.Add(step)
 		deleted += trees
 		for _, root := range big {
-			r, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: tenantID, InstanceID: root})
+			r, err := s.DeleteInstance(ctx, &store.DeleteInstanceParams{TenantID: tenantID, InstanceID: root, Audit: audit})
 			if errors.Is(err, store.ErrInstanceRunning) {
 				continue // became busy since: skipped, like any running tree
 			}
@@ -217,8 +218,9 @@ type treeMember struct {
 // deleteSmallTrees deletes, in one transaction, the trees of the first roots
 // that fit in it whole. It reports how many roots it handled (deleted,
 // skipped because the root was replaced or a member runs, or set aside as
-// too big for one transaction) and how many trees it deleted.
-func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, roots []bulkKey) (r store.DeleteResult, big []string, handled, trees int, err error) {
+// too big for one transaction) and how many trees it deleted, which it
+// tallies under the audit record.
+func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, roots []bulkKey, audit string) (r store.DeleteResult, big []string, handled, trees int, err error) {
 	ids := make([]string, len(roots))
 	for i, k := range roots {
 		ids[i] = k.id
@@ -265,7 +267,7 @@ func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string
 			big = append(big, k.id)
 		case t.cost > budget:
 			// Full: the next transaction takes it.
-			return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees)
+			return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees, audit)
 		default:
 			for _, m := range t.members {
 				d.add(m)
@@ -275,7 +277,7 @@ func (s *Store) deleteSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string
 		}
 		handled++
 	}
-	return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees)
+	return s.finishSmallTrees(ctx, tx, tenantID, d, big, handled, trees, audit)
 }
 
 func (d *doomed) add(m treeMember) {
@@ -294,10 +296,10 @@ func (d *doomed) add(m treeMember) {
 	}
 }
 
-func (s *Store) finishSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, d doomed, big []string, handled, trees int) (store.DeleteResult, []string, int, int, error) {
+func (s *Store) finishSmallTrees(ctx context.Context, tx pgx.Tx, tenantID string, d doomed, big []string, handled, trees int, audit string) (store.DeleteResult, []string, int, int, error) {
 	if len(d.ids) == 0 {
 		return store.DeleteResult{}, big, handled, trees, nil
 	}
-	r, err := deleteRows(ctx, tx, tenantID, d)
+	r, err := deleteRows(ctx, tx, tenantID, d, audit, nil)
 	return r, big, handled, trees, err
 }

@@ -52,7 +52,7 @@ func TestTwoDeletesAtOnceBothCommit(t *testing.T) {
 
 	delete := func(tx pgx.Tx, roots []bulkKey) {
 		t.Helper()
-		r, big, handled, trees, err := s.deleteSmallTrees(ctx, tx, "t", roots)
+		r, big, handled, trees, err := s.deleteSmallTrees(ctx, tx, "t", roots, "")
 		require.NoError(t, err)
 		require.Empty(t, big)
 		require.Equal(t, len(roots), handled)

@@ -10,15 +10,16 @@ import (
 )
 
 // deleteRows removes instances with everything they own in one statement
-// (DeleteInstanceRows) and returns the counts. The caller has checked that
-// no orphan is left.
-func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, d doomed) (store.DeleteResult, error) {
+// (DeleteInstanceRows) and returns the counts, which it tallies under the
+// audit record (none: ""), for the root a DeleteInstance deletes (nil
+// otherwise). The caller has checked that no orphan is left.
+func deleteRows(ctx context.Context, tx pgx.Tx, tenantID string, d doomed, audit string, root *string) (store.DeleteResult, error) {
 	var r store.DeleteResult
 	var orchestratorRows, workerRows int64
 	err := tx.QueryRow(ctx, sqlDeleteInstanceRows, namedArgs{
 		"tenant_id": tenantID, "ids": d.ids, "tagged": nonNil(d.tagged), "prunable": nonNil(d.prunable),
 		"orchestrator_queued": nonNil(d.orchestratorQueued), "worker_queued": nonNil(d.workerQueued),
-		"shard": countShard(),
+		"shard": countShard(), "audit_record_id": audit, "audit_root": root,
 	}).Scan(&r.InstancesDeleted, &r.ExecutionsDeleted, &r.EventsDeleted, &orchestratorRows, &workerRows)
 	r.QueueMessagesDeleted = orchestratorRows + workerRows
 	return r, err
@@ -85,7 +86,7 @@ func (s *Store) DeleteInstancesAtomic(ctx context.Context, p *store.DeleteInstan
 		case len(ids) == 0:
 			return nil
 		}
-		res, err = deleteRows(ctx, tx, p.TenantID, everything(ids))
+		res, err = deleteRows(ctx, tx, p.TenantID, everything(ids), "", nil)
 		return err
 	})
 	if err != nil {
@@ -134,7 +135,7 @@ func (s *Store) DeleteInstance(ctx context.Context, p *store.DeleteInstanceParam
 					return fmt.Errorf("%s: %w", namedInstances(running), store.ErrInstanceRunning)
 				}
 			}
-			step, done, err = s.deleteStep(ctx, tx, p.TenantID, nodes)
+			step, done, err = s.deleteStep(ctx, tx, p.TenantID, nodes, p.Audit, &p.InstanceID)
 			return err
 		})
 		if err != nil {
@@ -150,8 +151,9 @@ func (s *Store) DeleteInstance(ctx context.Context, p *store.DeleteInstanceParam
 
 // deleteStep does one transaction's worth of deleting a tree whose nodes
 // come children first: whole instances from the front while they fit, or,
-// when the first does not fit on its own, a piece of it.
-func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, nodes []treeNode) (store.DeleteResult, bool, error) {
+// when the first does not fit on its own, a piece of it. It tallies what
+// it removed of the root under the audit record.
+func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, nodes []treeNode, audit string, root *string) (store.DeleteResult, bool, error) {
 	budget := s.opts.MaxRowsPerTransaction
 	var ids []string
 	for _, n := range nodes {
@@ -163,9 +165,12 @@ func (s *Store) deleteStep(ctx context.Context, tx pgx.Tx, tenantID string, node
 	}
 	if len(ids) == 0 {
 		r, err := s.deleteInstancePiece(ctx, tx, tenantID, nodes[0].id)
-		return r, false, err
+		if err != nil {
+			return r, false, err
+		}
+		return r, false, addTally(ctx, tx, tenantID, audit, root, store.AuditResult{Executions: r.ExecutionsDeleted, Events: r.EventsDeleted})
 	}
-	r, err := deleteRows(ctx, tx, tenantID, everything(ids))
+	r, err := deleteRows(ctx, tx, tenantID, everything(ids), audit, root)
 	return r, len(ids) == len(nodes), err
 }
 

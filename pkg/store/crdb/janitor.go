@@ -26,6 +26,8 @@ var (
 	sqlStartAudit          = stmt("StartAudit")
 	sqlFinishAudit         = stmt("FinishAudit")
 	sqlPruneAuditRecords   = stmt("PruneAuditRecords")
+	sqlAddAuditTally       = stmt("AddAuditTally")
+	sqlGetRootTally        = stmt("GetRootTally")
 )
 
 // ListExpiryCandidates reads terminal roots that completed before a cutoff.
@@ -250,25 +252,56 @@ func (s *Store) StartAudit(ctx context.Context, r *store.AuditRecord) error {
 	})
 }
 
-// FinishAudit adds the record's counts to the stored ones and records
-// whether the work is complete; FinishedAt set marks it finished.
-func (s *Store) FinishAudit(ctx context.Context, r *store.AuditRecord) error {
+// FinishAudit records how the work ended and folds the record's tallies
+// into its result; FinishedAt set marks it finished.
+func (s *Store) FinishAudit(ctx context.Context, p *store.FinishAuditParams) error {
 	var finished *int64
-	if !r.FinishedAt.IsZero() {
-		f := r.FinishedAt.UnixMilli()
+	if !p.FinishedAt.IsZero() {
+		f := p.FinishedAt.UnixMilli()
 		finished = &f
 	}
 	var errText *string
-	if r.Error != "" {
-		errText = &r.Error
+	if p.Error != "" {
+		errText = &p.Error
 	}
-	res := r.Result
 	return s.retry(ctx, func(ctx context.Context) error {
-		_, err := s.pool.Exec(ctx, sqlFinishAudit, namedArgs{"tenant_id": r.TenantID, "record_id": r.RecordID,
-			"finished_at": finished, "error": errText, "instances": res.Instances, "executions": res.Executions,
-			"events": res.Events, "rows": res.Rows, "complete": res.Complete})
+		_, err := s.pool.Exec(ctx, sqlFinishAudit, namedArgs{"tenant_id": p.TenantID, "record_id": p.RecordID,
+			"finished_at": finished, "error": errText, "complete": p.Complete})
 		return err
 	})
+}
+
+// addTally counts what one transaction removed into the audit record it
+// works under (none: nothing to do), in that transaction; root names the
+// root a DeleteInstance deletes (nil otherwise).
+func addTally(ctx context.Context, tx pgx.Tx, tenantID, recordID string, root *string, t store.AuditResult) error {
+	if recordID == "" || t == (store.AuditResult{}) {
+		return nil
+	}
+	_, err := tx.Exec(ctx, sqlAddAuditTally, namedArgs{"tenant_id": tenantID, "record_id": recordID, "root_instance_id": root,
+		"instances": t.Instances, "executions": t.Executions, "events": t.Events, "rows": t.Rows})
+	return err
+}
+
+// GetRootTally sums the tallies of one root's DeleteInstance under a
+// record.
+func (s *Store) GetRootTally(ctx context.Context, p *store.GetRootTallyParams) (*store.AuditResult, error) {
+	if p.TenantID == "" || p.RecordID == "" || p.RootID == "" {
+		return nil, invalid("a root's tally needs a tenant, a record and a root")
+	}
+	var r store.AuditResult
+	var n int64
+	err := s.retry(ctx, func(ctx context.Context) error {
+		return s.pool.QueryRow(ctx, sqlGetRootTally, namedArgs{"tenant_id": p.TenantID, "record_id": p.RecordID, "root_instance_id": p.RootID}).
+			Scan(&n, &r.Instances, &r.Executions, &r.Events)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("tally of root %q in audit record %q: %w", p.RootID, p.RecordID, store.ErrNotFound)
+	}
+	return &r, nil
 }
 
 // ListAuditRecords pages through audit records, newest first.
@@ -289,13 +322,19 @@ func (s *Store) ListAuditRecords(ctx context.Context, p *store.ListAuditRecordsP
 		var request, result []byte
 		var started int64
 		var finished *int64
-		_, err = pgx.ForEachRow(rows, []any{&r.TenantID, &r.RecordID, &r.Actor, &r.Role, &r.Action, &request, &result, &started, &finished, &r.Error}, func() error {
+		var tallied store.AuditResult
+		_, err = pgx.ForEachRow(rows, []any{&r.TenantID, &r.RecordID, &r.Actor, &r.Role, &r.Action, &request, &result, &started, &finished, &r.Error,
+			&tallied.Instances, &tallied.Executions, &tallied.Events, &tallied.Rows}, func() error {
 			rec := r
 			rec.Request = json.RawMessage(append([]byte(nil), request...))
 			rec.Result = store.AuditResult{}
 			if err := json.Unmarshal(result, &rec.Result); err != nil {
 				return fmt.Errorf("audit record %s: stored result: %w", r.RecordID, err)
 			}
+			rec.Result.Instances += tallied.Instances
+			rec.Result.Executions += tallied.Executions
+			rec.Result.Events += tallied.Events
+			rec.Result.Rows += tallied.Rows
 			rec.StartedAt, rec.FinishedAt = fromMillis(started), fromNullMillis(finished)
 			out = append(out, rec)
 			return nil
@@ -305,7 +344,11 @@ func (s *Store) ListAuditRecords(ctx context.Context, p *store.ListAuditRecordsP
 	return out, err
 }
 
-// auditRecordsQuery builds the statement of a page of limit audit records.
+// auditRecordsQuery builds the statement of a page of limit audit records,
+// each with the sums of its tallies: what its unfinished work removed so
+// far, which FinishAudit has not folded into its result yet. The page is
+// chosen first, so the tallies read are those of its records alone (one
+// per committed transaction of their unfinished work).
 func auditRecordsQuery(p *store.ListAuditRecordsParams, limit int) (sql string, args namedArgs) {
 	q := &query{}
 	if p.TenantID != "" {
@@ -329,12 +372,22 @@ func auditRecordsQuery(p *store.ListAuditRecordsParams, limit int) (sql string, 
 				q.arg("after_started_at", a.StartedAt.UnixMilli()), q.arg("after_tenant_id", a.TenantID), q.arg("after_record_id", a.RecordID))
 		}
 	}
-	return fmt.Sprintf(`SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE %s ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT %d`, q.whereSQL(), limit), q.args
+	return fmt.Sprintf(`SELECT r.tenant_id, r.record_id, r.actor, r.role, r.action, r.request, r.result, r.started_at, r.finished_at,
+	COALESCE(r.error, ''), t.instances, t.executions, t.events, t.rows
+FROM (
+	SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, error
+	FROM audit_records WHERE %s ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT %d
+) r
+CROSS JOIN LATERAL (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM audit_tallies WHERE tenant_id = r.tenant_id AND record_id = r.record_id
+) t
+ORDER BY r.started_at DESC, r.tenant_id DESC, r.record_id DESC`, q.whereSQL(), limit), q.args
 }
 
 // PruneAuditRecords deletes up to Limit records of every tenant that
-// started before a time.
+// started before a time, with their tallies.
 func (s *Store) PruneAuditRecords(ctx context.Context, p *store.PruneAuditRecordsParams) (int64, error) {
 	limit, err := bulkLimit(p.Limit)
 	if err != nil {
@@ -346,10 +399,8 @@ func (s *Store) PruneAuditRecords(ctx context.Context, p *store.PruneAuditRecord
 	}
 	var n int64
 	err = s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlPruneAuditRecords, namedArgs{"started_before": p.StartedBefore.UnixMilli(),
-			"limit": limit, "keep_actions": keep})
-		n = tag.RowsAffected()
-		return err
+		return s.pool.QueryRow(ctx, sqlPruneAuditRecords, namedArgs{"started_before": p.StartedBefore.UnixMilli(),
+			"limit": limit, "keep_actions": keep}).Scan(&n)
 	})
 	return n, err
 }
@@ -462,8 +513,9 @@ func (s *Store) UpdateOperation(ctx context.Context, op *store.Operation) error 
 // tenantTables are the tables that hold a tenant's rows, with the
 // statement that erases them (sql/erase.sql), in the order an erasure
 // empties them: what refers to an instance before the instance, the
-// tenant's row last but one, its audit records last (all but the
-// tombstone). A test checks this list against the catalog.
+// tenant's row, then its audit records' tallies and its audit records
+// last (all but the tombstone's). A test checks this list against the
+// catalog.
 var tenantTables = []struct{ name, sql string }{
 	{"history", stmt("EraseHistory")},
 	{"executions", stmt("EraseExecutions")},
@@ -478,6 +530,7 @@ var tenantTables = []struct{ name, sql string }{
 	{"operations", stmt("EraseOperations")},
 	{"janitor_runs", stmt("EraseJanitorRuns")},
 	{"tenants", stmt("EraseTenant")},
+	{"audit_tallies", stmt("EraseAuditTallies")},
 	{"audit_records", stmt("EraseAuditRecords")},
 }
 
@@ -491,7 +544,8 @@ func TenantTables() []string {
 }
 
 // EraseTenantRows deletes up to MaxRows of a tenant's rows, table by table
-// in tenantTables' order, each transaction within MaxRowsPerTransaction.
+// in tenantTables' order, each transaction within MaxRowsPerTransaction
+// and counting its rows into the tombstone's record.
 func (s *Store) EraseTenantRows(ctx context.Context, p *store.EraseTenantRowsParams) (*store.EraseResult, error) {
 	if p.TenantID == "" {
 		return nil, invalid("tenant id is required")
@@ -507,12 +561,15 @@ func (s *Store) EraseTenantRows(ctx context.Context, p *store.EraseTenantRowsPar
 			var deleted int64
 			err := s.inTx(ctx, func(tx pgx.Tx) error {
 				args := namedArgs{"tenant_id": p.TenantID, "limit": n}
-				if t.name == "audit_records" {
+				if t.name == "audit_records" || t.name == "audit_tallies" {
 					args["keep_record_id"] = p.KeepRecordID
 				}
 				tag, err := tx.Exec(ctx, t.sql, args)
+				if err != nil {
+					return err
+				}
 				deleted = tag.RowsAffected()
-				return err
+				return addTally(ctx, tx, p.TenantID, p.KeepRecordID, nil, store.AuditResult{Rows: deleted})
 			})
 			if err != nil {
 				return res, fmt.Errorf("erase %s: %w", t.name, err)

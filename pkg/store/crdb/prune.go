@@ -60,7 +60,10 @@ func (s *Store) PruneExecutions(ctx context.Context, p *store.PruneExecutionsPar
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			step, done, found, err = s.pruneStep(ctx, tx, p.TenantID, p.InstanceID, &p.Options)
-			return err
+			if err != nil {
+				return err
+			}
+			return addTally(ctx, tx, p.TenantID, p.Audit, nil, store.AuditResult{Executions: step.ExecutionsDeleted, Events: step.EventsDeleted})
 		})
 		if err != nil {
 			return nil, err
@@ -194,7 +197,7 @@ func (s *Store) PruneExecutionsBulk(ctx context.Context, p *store.PruneExecution
 			after := cur.cands[len(cur.cands)-1].key
 			go func() { next <- read(after, left) }()
 		}
-		err := s.prunePage(ctx, p.TenantID, cur.cands, &p.Options, res)
+		err := s.prunePage(ctx, p.TenantID, cur.cands, &p.Options, p.Audit, res)
 		if next == nil {
 			if err == nil {
 				res.Complete = !cur.more
@@ -329,8 +332,9 @@ type pruneBatch struct {
 // pruneShares transactions or more (a transaction holds at most
 // MaxRowsPerTransaction rows), which run concurrently; then each instance
 // too big for that, or left hidden by an interrupted prune, through
-// PruneExecutions, in pieces.
-func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCandidate, o *store.PruneOptions, res *store.BulkPruneResult) error {
+// PruneExecutions, in pieces. Each transaction tallies what it removed
+// under the audit record.
+func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCandidate, o *store.PruneOptions, audit string, res *store.BulkPruneResult) error {
 	var batches []pruneBatch
 	var big []string
 	share := int64(len(cands)+pruneShares-1) / pruneShares
@@ -365,7 +369,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 			var r store.PruneResult
 			if len(b.inst) > 0 {
 				err := s.inBatchTx(gctx, pgx.Serializable, func(batch *pgx.Batch) {
-					batch.Queue(sqlFinishPrune, namedArgs{"tenant_id": tenantID, "instance_ids": b.inst, "execution_ids": b.execs})
+					batch.Queue(sqlFinishPrune, namedArgs{"tenant_id": tenantID, "instance_ids": b.inst, "execution_ids": b.execs, "audit_record_id": audit})
 				}, func(br pgx.BatchResults) error {
 					return br.QueryRow().Scan(&r.InstancesPruned, &r.ExecutionsDeleted, &r.EventsDeleted)
 				})
@@ -387,7 +391,7 @@ func (s *Store) prunePage(ctx context.Context, tenantID string, cands []pruneCan
 		return err
 	}
 	for _, id := range big {
-		r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: tenantID, InstanceID: id, Options: *o})
+		r, err := s.PruneExecutions(ctx, &store.PruneExecutionsParams{TenantID: tenantID, InstanceID: id, Options: *o, Audit: audit})
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}

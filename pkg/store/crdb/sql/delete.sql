@@ -55,6 +55,11 @@ WITH h AS (
 	SELECT @tenant_id, status, @shard, -count(*) FROM i WHERE NOT deleting GROUP BY status ORDER BY status
 	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
 	RETURNING 1
+), tally AS (
+	INSERT INTO audit_tallies (tenant_id, record_id, root_instance_id, instances, executions, events)
+	SELECT @tenant_id, @audit_record_id::TEXT, @audit_root::TEXT, (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM h)
+	WHERE @audit_record_id::TEXT <> ''
+	RETURNING 1
 )
 SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM e), (SELECT count(*) FROM h),
 	(SELECT count(*) FROM oq), (SELECT count(*) FROM wq);

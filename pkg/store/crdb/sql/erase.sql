@@ -1,8 +1,8 @@
 -- Erasing a tenant (EraseTenantRows): up to @limit of its rows of one
 -- table per statement, one statement per table, in the order of
 -- tenantTables (janitor.go): what refers to an instance before the
--- instance, the tenant's row last but one, its audit records last, all but
--- the tombstone (@keep_record_id).
+-- instance, the tenant's row, then its audit records' tallies and its audit
+-- records last, all but the tombstone's (@keep_record_id).
 
 -- name: EraseHistory
 DELETE FROM history WHERE tenant_id = @tenant_id AND (instance_id, execution_id, event_id) IN (
@@ -55,6 +55,11 @@ DELETE FROM janitor_runs WHERE tenant_id = @tenant_id AND run_id IN (
 -- name: EraseTenant
 DELETE FROM tenants WHERE tenant_id = @tenant_id AND tenant_id IN (
 	SELECT tenant_id FROM tenants WHERE tenant_id = @tenant_id LIMIT @limit);
+
+-- name: EraseAuditTallies
+DELETE FROM audit_tallies WHERE tenant_id = @tenant_id AND (record_id, tally_id) IN (
+	SELECT record_id, tally_id FROM audit_tallies WHERE tenant_id = @tenant_id AND record_id <> @keep_record_id LIMIT @limit)
+	AND record_id <> @keep_record_id;
 
 -- name: EraseAuditRecords
 DELETE FROM audit_records WHERE tenant_id = @tenant_id AND record_id IN (

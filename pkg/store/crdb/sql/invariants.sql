@@ -111,6 +111,7 @@ WHERE t.instance_id IS NULL
 -- ones (leased_until = 0) of the instances that ended then: harmless (no
 -- claim takes a row due never, and the row goes with its instance), but
 -- this rule lists them until the janitor has deleted those instances.
+-- An audit tally belongs to its record.
 -- Messages are the exception by design: a turn may send one to an
 -- instance that is gone or has ended, and a fetch consumes it later
 -- (zombie messages).
@@ -140,4 +141,7 @@ WHERE i.status IN ('Completed', 'Failed', 'Cancelled')
 UNION ALL
 SELECT 'child without parent', c.tenant_id, c.instance_id FROM instances c
 WHERE c.parent_instance_id IS NOT NULL
-	AND NOT EXISTS (SELECT 1 FROM instances p WHERE p.tenant_id = c.tenant_id AND p.instance_id = c.parent_instance_id);
+	AND NOT EXISTS (SELECT 1 FROM instances p WHERE p.tenant_id = c.tenant_id AND p.instance_id = c.parent_instance_id)
+UNION ALL
+SELECT 'audit tally without record', t.tenant_id, t.record_id FROM audit_tallies t
+WHERE NOT EXISTS (SELECT 1 FROM audit_records r WHERE r.tenant_id = t.tenant_id AND r.record_id = t.record_id);

@@ -83,21 +83,57 @@ VALUES (@tenant_id, @record_id, @actor, @role, @action, @request, @started_at)
 ON CONFLICT (tenant_id, record_id) DO NOTHING;
 
 -- name: FinishAudit
--- Adds the counts to the stored ones: an operation done in several calls
--- records each call's share.
+-- Records how the work ended, and folds the record's tallies into its
+-- result (adding to what earlier calls folded: a job done in several
+-- attempts) and deletes them, in one transaction: the sum a reader sees
+-- (result plus tallies) does not change, and the tallies of finished work
+-- do not pile up.
+WITH t AS (
+	DELETE FROM audit_tallies WHERE tenant_id = @tenant_id AND record_id = @record_id
+	RETURNING instances, executions, events, rows
+), s AS (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM t
+)
 UPDATE audit_records SET finished_at = @finished_at, error = @error, result = jsonb_build_object(
-	'instances', COALESCE((result->>'instances')::INT8, 0) + @instances::INT8,
-	'executions', COALESCE((result->>'executions')::INT8, 0) + @executions::INT8,
-	'events', COALESCE((result->>'events')::INT8, 0) + @events::INT8,
-	'rows', COALESCE((result->>'rows')::INT8, 0) + @rows::INT8,
+	'instances', COALESCE((result->>'instances')::INT8, 0) + s.instances,
+	'executions', COALESCE((result->>'executions')::INT8, 0) + s.executions,
+	'events', COALESCE((result->>'events')::INT8, 0) + s.events,
+	'rows', COALESCE((result->>'rows')::INT8, 0) + s.rows,
 	'complete', @complete::BOOL)
+FROM s
 WHERE tenant_id = @tenant_id AND record_id = @record_id;
+
+-- name: AddAuditTally
+-- What one transaction of several statements removed (a piece of a big
+-- instance, a prune of one instance, an erasure step), in that
+-- transaction. The statements that are a whole transaction on their own
+-- (DeleteInstanceRows, FinishPrune) carry this insert as a CTE instead.
+INSERT INTO audit_tallies (tenant_id, record_id, root_instance_id, instances, executions, events, rows)
+VALUES (@tenant_id, @record_id, @root_instance_id, @instances, @executions, @events, @rows);
+
+-- name: GetRootTally
+-- What the DeleteInstance calls under a record removed of one root's tree:
+-- the record's tallies, read by its key prefix (one per transaction of
+-- unfinished work).
+SELECT count(*), COALESCE(sum(instances), 0)::INT8, COALESCE(sum(executions), 0)::INT8, COALESCE(sum(events), 0)::INT8
+FROM audit_tallies
+WHERE tenant_id = @tenant_id AND record_id = @record_id AND root_instance_id = @root_instance_id;
 
 -- name: PruneAuditRecords
 -- Up to @limit records of every tenant that started before @started_before,
--- but those of the actions kept (@keep_actions).
-DELETE FROM audit_records WHERE (tenant_id, record_id) IN (
-	SELECT tenant_id, record_id FROM audit_records
-	WHERE started_at < @started_before AND NOT action = ANY(@keep_actions::TEXT[])
-	ORDER BY started_at LIMIT @limit)
-	AND started_at < @started_before;
+-- but those of the actions kept (@keep_actions), with their tallies (a
+-- record that never finished keeps its own).
+WITH r AS (
+	DELETE FROM audit_records WHERE (tenant_id, record_id) IN (
+		SELECT tenant_id, record_id FROM audit_records
+		WHERE started_at < @started_before AND NOT action = ANY(@keep_actions::TEXT[])
+		ORDER BY started_at LIMIT @limit)
+		AND started_at < @started_before
+	RETURNING tenant_id, record_id
+), t AS (
+	DELETE FROM audit_tallies WHERE (tenant_id, record_id) IN (SELECT tenant_id, record_id FROM r)
+	RETURNING 1
+)
+SELECT count(*) FROM r;

@@ -91,7 +91,8 @@ SELECT count(*) FROM e;
 -- @execution_ids, with their history, and their instances' counters. Both
 -- key columns are bound with = ANY, so that the (generic) plan reads the
 -- history of the pruned executions only, not of every execution of the
--- instances.
+-- instances. Under an audit record (@audit_record_id not empty) it counts
+-- what it removed into it (a tally).
 WITH d AS (
 	SELECT * FROM unnest(@instance_ids::TEXT[], @execution_ids::INT8[]) AS d (instance_id, execution_id)
 ), h AS (
@@ -118,6 +119,11 @@ WITH d AS (
 ), unmarked AS (
 	DELETE FROM instance_prunable
 	WHERE tenant_id = @tenant_id AND instance_id IN (SELECT instance_id FROM counted WHERE execution_count <= 1)
+	RETURNING 1
+), tally AS (
+	INSERT INTO audit_tallies (tenant_id, record_id, executions, events)
+	SELECT @tenant_id, @audit_record_id::TEXT, (SELECT count(*) FROM e), (SELECT count(*) FROM h)
+	WHERE @audit_record_id::TEXT <> ''
 	RETURNING 1
 )
 SELECT (SELECT count(DISTINCT instance_id) FROM e), (SELECT count(*) FROM e), (SELECT count(*) FROM h);

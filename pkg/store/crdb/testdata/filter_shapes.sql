@@ -644,34 +644,74 @@ WHERE i.tenant_id = @tenant_id
 ORDER BY i.completed_at, i.instance_id LIMIT 10;
 
 -- ListAuditRecords: every tenant
-SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE true ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+SELECT r.tenant_id, r.record_id, r.actor, r.role, r.action, r.request, r.result, r.started_at, r.finished_at,
+	COALESCE(r.error, ''), t.instances, t.executions, t.events, t.rows
+FROM (
+	SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, error
+	FROM audit_records WHERE true ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10
+) r
+CROSS JOIN LATERAL (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM audit_tallies WHERE tenant_id = r.tenant_id AND record_id = r.record_id
+) t
+ORDER BY r.started_at DESC, r.tenant_id DESC, r.record_id DESC;
 
 -- ListAuditRecords: one tenant, an action, a time range
 -- @action = "DeleteInstance"
 -- @started_after = 1000
 -- @started_before = 3000
 -- @tenant_id = "shapes"
-SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE tenant_id = @tenant_id
+SELECT r.tenant_id, r.record_id, r.actor, r.role, r.action, r.request, r.result, r.started_at, r.finished_at,
+	COALESCE(r.error, ''), t.instances, t.executions, t.events, t.rows
+FROM (
+	SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, error
+	FROM audit_records WHERE tenant_id = @tenant_id
 	AND action = @action
 	AND started_at >= @started_after
-	AND started_at < @started_before ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+	AND started_at < @started_before ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10
+) r
+CROSS JOIN LATERAL (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM audit_tallies WHERE tenant_id = r.tenant_id AND record_id = r.record_id
+) t
+ORDER BY r.started_at DESC, r.tenant_id DESC, r.record_id DESC;
 
 -- ListAuditRecords: one tenant, after a position
 -- @after_record_id = "rec-0"
 -- @after_started_at = 2000
 -- @tenant_id = "shapes"
-SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE tenant_id = @tenant_id
-	AND (started_at, record_id) < (@after_started_at, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+SELECT r.tenant_id, r.record_id, r.actor, r.role, r.action, r.request, r.result, r.started_at, r.finished_at,
+	COALESCE(r.error, ''), t.instances, t.executions, t.events, t.rows
+FROM (
+	SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, error
+	FROM audit_records WHERE tenant_id = @tenant_id
+	AND (started_at, record_id) < (@after_started_at, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10
+) r
+CROSS JOIN LATERAL (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM audit_tallies WHERE tenant_id = r.tenant_id AND record_id = r.record_id
+) t
+ORDER BY r.started_at DESC, r.tenant_id DESC, r.record_id DESC;
 
 -- ListAuditRecords: every tenant, after a position
 -- @after_record_id = "rec-1"
 -- @after_started_at = 2001
 -- @after_tenant_id = "shapes-other"
-SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, COALESCE(error, '')
-FROM audit_records WHERE (started_at, tenant_id, record_id) < (@after_started_at, @after_tenant_id, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10;
+SELECT r.tenant_id, r.record_id, r.actor, r.role, r.action, r.request, r.result, r.started_at, r.finished_at,
+	COALESCE(r.error, ''), t.instances, t.executions, t.events, t.rows
+FROM (
+	SELECT tenant_id, record_id, actor, role, action, request, result, started_at, finished_at, error
+	FROM audit_records WHERE (started_at, tenant_id, record_id) < (@after_started_at, @after_tenant_id, @after_record_id) ORDER BY started_at DESC, tenant_id DESC, record_id DESC LIMIT 10
+) r
+CROSS JOIN LATERAL (
+	SELECT COALESCE(sum(instances), 0)::INT8 AS instances, COALESCE(sum(executions), 0)::INT8 AS executions,
+		COALESCE(sum(events), 0)::INT8 AS events, COALESCE(sum(rows), 0)::INT8 AS rows
+	FROM audit_tallies WHERE tenant_id = r.tenant_id AND record_id = r.record_id
+) t
+ORDER BY r.started_at DESC, r.tenant_id DESC, r.record_id DESC;
 
 -- ListJanitorRuns: every tenant
 SELECT tenant_id, run_id::TEXT, started_at, finished_at, result FROM janitor_runs
