@@ -173,7 +173,7 @@ WHERE tc.constraint_type = 'PRIMARY KEY' AND tc.table_schema = 'public'
 		return pair, r.Scan(&pair[0], &pair[1])
 	})
 	require.NoError(t, err)
-	require.Len(t, firsts, 14)
+	require.Len(t, firsts, 15)
 	for _, f := range firsts {
 		require.Equal(t, "tenant_id", f[1], "table %s", f[0])
 	}

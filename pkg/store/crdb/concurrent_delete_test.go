@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb/datagen"
 )
 
@@ -17,10 +18,12 @@ import (
 // locks only on index pages, which deletes do not write, and on the heap
 // pages of which it read more than two rows (none here: the tenant is big
 // enough that a hundred roots seldom share a page), and takes its instances
-// off a counter row of its own. Interleaved by hand, so the overlap does
-// not depend on timing. With several hundred roots a transaction, the
-// first would lock the whole of instances and one of the two would roll
-// back.
+// off a counter row of its own. Both work under one audit record, as the
+// batches of one retention job do, and each inserts its own tally row of
+// it (adding into one row from both would roll one back). Interleaved by
+// hand, so the overlap does not depend on timing. With several hundred
+// roots a transaction, the first would lock the whole of instances and one
+// of the two would roll back.
 func TestTwoDeletesAtOnceBothCommit(t *testing.T) {
 	pool := testdb.Pool(t, 4)
 	s := New(pool, Options{})
@@ -49,10 +52,12 @@ func TestTwoDeletesAtOnceBothCommit(t *testing.T) {
 		return keys
 	}
 	first, second := roots(0), roots(bulkPage)
+	require.NoError(t, s.StartAudit(ctx, &store.AuditRecord{TenantID: "t", RecordID: "job", Actor: store.ActorJanitor,
+		Role: store.ActorJanitor, Action: store.AuditRetention}))
 
 	delete := func(tx pgx.Tx, roots []bulkKey) {
 		t.Helper()
-		r, big, handled, trees, err := s.deleteSmallTrees(ctx, tx, "t", roots, "")
+		r, big, handled, trees, err := s.deleteSmallTrees(ctx, tx, "t", roots, "job")
 		require.NoError(t, err)
 		require.Empty(t, big)
 		require.Equal(t, len(roots), handled)
@@ -73,5 +78,10 @@ func TestTwoDeletesAtOnceBothCommit(t *testing.T) {
 	var left int64
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM instances WHERE tenant_id = 't'").Scan(&left))
 	require.Equal(t, int64(n-2*maxRootsPerTransaction), left)
+	recs, err := s.ListAuditRecords(ctx, &store.ListAuditRecordsParams{TenantID: "t"})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, store.AuditResult{Instances: 2 * maxRootsPerTransaction, Executions: 2 * maxRootsPerTransaction,
+		Events: 2 * 10 * maxRootsPerTransaction}, recs[0].Result, "the record counts both")
 	requireInvariants(t, s)
 }
