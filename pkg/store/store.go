@@ -350,7 +350,7 @@ type FetchOrchestrationItemsParams struct {
 	Max int
 	// SkipZombies leaves out the look for zombie messages (visible
 	// messages of instances that no longer exist or have ended, which no
-	// claim takes) that a fetch finding no work makes otherwise. It is for
+	// claim takes) that a fetch makes otherwise, work or none. It is for
 	// a caller that fetches often and looks for them now and then instead:
 	// they are rare (a message sent to an instance deleted meanwhile, a
 	// child's result to a parent that ended first), and each look is a

@@ -45,10 +45,10 @@ type Config struct {
 	// again; the wait doubles from MinPoll with each empty fetch (defaults
 	// 2ms and 100ms). A loop that fetches a full batch wakes the idle ones.
 	MinPoll, MaxPoll time.Duration
-	// ZombieInterval is how often, at most, the dispatcher's fetches that
-	// find no work look for zombie messages, the messages of instances that
-	// no longer exist or have ended, which they consume and log (default
-	// 1s; see store.FetchOrchestrationItemsParams.SkipZombies).
+	// ZombieInterval is how often, at most, the dispatcher's fetches look
+	// for zombie messages, the messages of instances that no longer exist
+	// or have ended, which they consume and log (default 1s; see
+	// store.FetchOrchestrationItemsParams.SkipZombies).
 	ZombieInterval time.Duration
 	// TenantID restricts the dispatcher to one tenant; empty serves all
 	// tenants, in turn.
@@ -167,7 +167,7 @@ type Dispatcher struct {
 	// came while it held its batch's leases (see loop).
 	hints atomic.Int64
 	// nextZombieLook is when (UnixNano) a fetch next looks for zombie
-	// messages when it finds no work.
+	// messages.
 	nextZombieLook atomic.Int64
 	// suspectMu runs the suspects' turns one at a time (runSuspect).
 	suspectMu sync.Mutex
@@ -375,7 +375,7 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(turnCtx), d.cfg.LeaseDuration)
 	defer cancel()
 	// Zombie messages are rare and each look is a statement: one fetch
-	// per ZombieInterval looks, the first to find no work.
+	// per ZombieInterval looks.
 	now, next := time.Now().UnixNano(), d.nextZombieLook.Load()
 	look := now >= next && d.nextZombieLook.CompareAndSwap(next, now+d.cfg.ZombieInterval.Nanoseconds())
 	d.stats.fetches.Add(1)
@@ -384,8 +384,8 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool
 		Max:                          d.cfg.Batch,
 		SkipZombies:                  !look,
 	})
-	if look && (err != nil || len(items) > 0) {
-		// It did not look: the next fetch to find no work does.
+	if look && err != nil {
+		// It may not have looked: the next fetch does.
 		d.nextZombieLook.Store(0)
 	}
 	if err != nil {

@@ -311,22 +311,25 @@ func (s *Store) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrche
 		return nil, err
 	}
 	// A few rounds: a round ends early when the claim finds only zombie
-	// messages, or messages consumed under its nose.
+	// messages, or messages consumed under its nose. A look for zombie
+	// messages (those of instances that are gone or ended, which no claim
+	// takes: they have no lease row) comes before the claim, so that they
+	// go under sustained load too, when every claim finds work; while it
+	// finds some and the claim finds no work, the next round looks again.
+	look := !p.SkipZombies
 	for range 8 {
+		if look {
+			consumed, err := s.consumeZombieMessages(ctx, p.TenantID, p.LeaseDuration)
+			if err != nil {
+				return nil, err
+			}
+			look = consumed
+		}
 		items, again, err := s.fetchOnce(ctx, &p.FetchOrchestrationItemParams, max)
 		if err != nil {
 			return nil, err
 		}
-		if len(items) == 0 && !p.SkipZombies {
-			// No work: consume the messages of instances that are gone
-			// or ended, which no claim takes (they have no lease row).
-			consumed, err := s.consumeZombieMessages(ctx, p.TenantID, p.LeaseDuration)
-			if err != nil {
-				return items, err
-			}
-			again = again || consumed
-		}
-		if len(items) > 0 || !again {
+		if len(items) > 0 || !(again || look) {
 			return items, nil
 		}
 	}

@@ -22,7 +22,7 @@ func (h *harness) queued(tenant string) int64 {
 // An ended instance (Completed, Failed, Cancelled) never needs a turn
 // again: the store keeps nothing for it to be claimed by (the store's
 // invariants say what, checked right after each end), and a message that
-// reaches it afterwards is consumed by a fetch that finds no other work,
+// reaches it afterwards is consumed by a fetch that looks for it,
 // without a turn, leaving the instance as it was. The messages: a child's
 // result to a parent that ended first, an activity's result (with an
 // eager lease asked for) after its instance ended, a message that came

@@ -566,6 +566,23 @@ func testZombieMessagesConsumed(t *testing.T, h *harness) {
 	require.Equal(t, kindStart, fresh.Messages[0].Kind)
 }
 
+// A fetch that looks for zombie messages consumes them when it finds work
+// too: under sustained load no fetch finds none.
+func testZombieMessagesConsumedBesideWork(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	h.start(tenant, "child")
+	p := turn(h.mustFetch(tenant, "child"))
+	p.Status = store.StatusCompleted
+	p.Messages = []store.OutgoingMessage{{InstanceID: "gone-parent", ExecutionID: 1, Message: store.Message{Kind: "child_completed"}}}
+	h.ack(p)
+	h.start(tenant, "busy")
+	require.Equal(t, int64(2), h.queued(tenant))
+
+	h.ack(turn(h.mustFetch(tenant, "busy")))
+	require.Zero(t, h.queued(tenant), "the zombie message waits for a fetch that finds no work")
+	h.invariants()
+}
+
 func testTenantIsolation(t *testing.T, h *harness) {
 	a, b := h.tenant("tenant-a"), h.tenant("tenant-b")
 	h.start(a, "same-id")

@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"ContinueAsNew", testContinueAsNew},
 		{"ChildStart", testChildStart},
 		{"ZombieMessagesConsumed", testZombieMessagesConsumed},
+		{"ZombieMessagesConsumedBesideWork", testZombieMessagesConsumedBesideWork},
 		{"TenantIsolation", testTenantIsolation},
 		{"FairnessAcrossTenants", testFairnessAcrossTenants},
 		{"ClaimServesTenantsInTurn", testClaimServesTenantsInTurn},
