@@ -24,8 +24,8 @@ var errKilled = errors.New("killed right after the commit")
 // after it committed, as a process killed between a batch's commit and the
 // code after it would be: what the call deleted is gone, and its result
 // never reaches the job. The call cut off is the first of the kind named
-// (DeleteExpired or DeleteInstance) that deletes something after `after`
-// such calls went through.
+// (DeleteExpired, DeleteInstance or EraseTenantRows) that deletes
+// something after `after` such calls went through.
 type killAfterCommit struct {
 	janitor.Store
 	kind  string
@@ -65,6 +65,20 @@ func (k *killAfterCommit) DeleteInstance(ctx context.Context, p *store.DeleteIns
 	res, err := k.Store.DeleteInstance(ctx, p)
 	if err == nil && k.cut("DeleteInstance", res.InstancesDeleted) {
 		return nil, errKilled
+	}
+	return res, err
+}
+
+func (k *killAfterCommit) EraseTenantRows(ctx context.Context, p *store.EraseTenantRowsParams) (*store.EraseResult, error) {
+	res, err := k.Store.EraseTenantRows(ctx, p)
+	if err == nil {
+		var rows int64
+		for _, n := range res.Rows {
+			rows += n
+		}
+		if k.cut("EraseTenantRows", rows) {
+			return nil, errKilled
+		}
 	}
 	return res, err
 }
@@ -163,4 +177,38 @@ func TestGracefulDeleteKilledAfterARootCountsIt(t *testing.T) {
 	require.Equal(t, before.executions, recs[0].Result.Executions)
 	require.Equal(t, before.events, recs[0].Result.Events)
 	require.Zero(t, e.tallies("acme"), "a finished record holds its counts itself")
+}
+
+// TestEraseKilledAfterAStepCountsExactly: an erasure loses the result of a
+// step that committed, fails, and is run again: its tombstone counts
+// exactly the rows the tenant had, and keeps no tally.
+func TestEraseKilledAfterAStepCountsExactly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.generate(datagen.Spec{Tenants: []string{"gone"}, InstancesPerTenant: 1000, ExecutionsPerInstance: 2, EventsPerExecution: 2,
+		Completed: 0.5, Trees: 50, ChildrenPerTree: 2, Seed: 8})
+	require.NoError(t, e.store.StartAudit(ctx, &store.AuditRecord{TenantID: "gone", RecordID: "r1", Actor: "me", Role: "client", Action: store.AuditDeleteInstance}))
+	var had int64
+	for _, n := range e.tenantRows("gone") {
+		had += n
+	}
+	deleting := store.TenantDeleting
+	_, err := e.store.UpdateTenant(ctx, &store.UpdateTenantParams{TenantID: "gone", State: &deleting})
+	require.NoError(t, err)
+
+	killer := &killAfterCommit{Store: e.store, kind: "EraseTenantRows", after: 1}
+	j := e.start(func(c *janitor.Config) { c.Store, c.EraseRowsPerStep = killer, 2000 })
+	_, err = j.Queue().EraseTenant(ctx, "gone", 0)
+	require.NoError(t, err)
+	testwait.Until(t, 2*time.Minute, "the erasure, run again after the kill", func() bool {
+		recs := e.audit("gone", store.AuditEraseTenant)
+		return len(recs) == 1 && !recs[0].FinishedAt.IsZero()
+	})
+	require.True(t, killer.wasKilled(), "a step was cut off after its commit")
+	require.Equal(t, map[string]int64{"audit_records": 1}, e.tenantRows("gone"), "only the tombstone is left")
+	tomb := e.audit("gone", "")
+	require.Len(t, tomb, 1)
+	require.True(t, tomb[0].Result.Complete)
+	require.Equal(t, had, tomb[0].Result.Rows, "the tombstone counts every row that went")
 }
