@@ -126,6 +126,10 @@ const (
 	janitorOpsAddr    = ":9466"
 )
 
+// pprofEnv, when true, adds Go's profiles (/debug/pprof/) to the ops
+// endpoint of every server command.
+const pprofEnv = "ORCHARD_PPROF"
+
 // serveOps serves /metrics, /livez and /readyz (not draining, and the
 // database answers) on addr.
 func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), err error) {
@@ -136,6 +140,7 @@ func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop f
 	if err != nil {
 		return nil, fmt.Errorf("ops endpoint: %w", err)
 	}
+	tel.Profiles = envBool(pprofEnv, false)
 	srv := &http.Server{Handler: tel.OpsHandler(pool.Ping), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

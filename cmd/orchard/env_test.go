@@ -41,6 +41,7 @@ func TestCheckEnv(t *testing.T) {
 		{"ORCHARD_DATABASE_URL=anything", ""},
 		{"ORCHARD_CONSOLE=true", ""},
 		{"ORCHARD_CONSOLE=yes", `ORCHARD_CONSOLE="yes": not a boolean`},
+		{"ORCHARD_PPROF=true", ""},
 		{"ORCHARD_DISPATCHER_LOOPS=", ""}, // empty is unset
 		{"PATH=/bin", ""},
 	} {

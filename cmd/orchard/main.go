@@ -69,6 +69,7 @@ func rootCommand() *cobra.Command {
 	root.Version = build.Version
 	root.SetVersionTemplate(build.String())
 	logFormat, logLevel := addLogFlags(root.PersistentFlags())
+	registerEnv(pprofEnv, envKindBool) // read by serveOps, once a server runs
 	// Before any command runs: a bad ORCHARD_* value stops the process,
 	// naming the variable, and the logs take their format and level.
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -34,7 +35,11 @@ import (
 type Telemetry struct {
 	MeterProvider  *sdkmetric.MeterProvider
 	TracerProvider *sdktrace.TracerProvider
-	registry       *prometheus.Registry
+	// Profiles makes OpsHandler serve net/http/pprof's /debug/pprof/ too.
+	// Off by default: a profile stops nothing but costs CPU while it runs,
+	// and it shows the process's code to whoever reaches the ops port.
+	Profiles bool
+	registry *prometheus.Registry
 	// life is the context given to Setup: when it ends, the process was
 	// told to stop, and /readyz answers 503 from then on.
 	life context.Context
@@ -90,6 +95,8 @@ const ReadyTimeout = 2 * time.Second
 //     dependency, so a database outage never restarts the process.
 //   - /readyz: 200 while the process is not draining and ready reports no
 //     error within ReadyTimeout (the database answers), 503 otherwise.
+//   - /debug/pprof/: CPU, heap, allocation and goroutine profiles, when
+//     Profiles is set.
 func (t *Telemetry) OpsHandler(ready func(ctx context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
@@ -109,6 +116,13 @@ func (t *Telemetry) OpsHandler(ready func(ctx context.Context) error) http.Handl
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if t.Profiles {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -61,6 +61,28 @@ func TestOpsProbes(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 }
 
+// The profiles are served only when asked for.
+func TestOpsProfiles(t *testing.T) {
+	tel, err := telemetry.Setup(t.Context(), "test")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	ready := func(context.Context) error { return nil }
+
+	code, _ := get(t, tel.OpsHandler(ready), "/debug/pprof/")
+	require.Equal(t, http.StatusNotFound, code, "profiles are off by default")
+
+	tel.Profiles = true
+	h := tel.OpsHandler(ready)
+	code, body := get(t, h, "/debug/pprof/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "allocs")
+	code, body = get(t, h, "/debug/pprof/heap?debug=1")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "heap profile")
+	code, _ = get(t, h, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+}
+
 func TestLogHandlerAddsTraceIDs(t *testing.T) {
 	t.Parallel()
 	tel, err := telemetry.Setup(t.Context(), "test")
