@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 func loadtestCommand() *cobra.Command {
 	var (
 		planName, out, tokenFile string
+		cpuProfile, allocProfile string
 		duration, warmup         time.Duration
 		cpuPids                  []int
 		quiet                    bool
@@ -61,8 +63,12 @@ reported per orchestration.`,
 			if quiet {
 				cfg.Progress = nil
 			}
-			rep, err := loadtest.Run(cmd.Context(), cfg)
+			stopProfiles, err := startProfiles(cpuProfile, allocProfile)
 			if err != nil {
+				return err
+			}
+			rep, err := loadtest.Run(cmd.Context(), cfg)
+			if err := errors.Join(err, stopProfiles()); err != nil {
 				return err
 			}
 			if err := rep.WriteSummary(c.out); err != nil {
@@ -84,5 +90,7 @@ reported per orchestration.`,
 	f.StringVar(&tokenFile, "token-file", "", "file holding the platform admin token (instead of --token)")
 	f.IntSliceVar(&cpuPids, "cpu-pid", nil, "server process ids whose CPU to report (repeatable)")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write the generator's CPU profile (client and workers) to this file")
+	f.StringVar(&allocProfile, "allocprofile", "", "write the generator's allocation profile to this file at the end")
 	return cmd
 }
