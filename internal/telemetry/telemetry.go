@@ -66,6 +66,13 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 			return nil, err
 		}
 		opts = append(opts, sdktrace.WithBatcher(traces))
+	} else {
+		// Nothing would read the spans: record none. A span recorded for no
+		// processor still costs its attributes and events, and the database
+		// tracer, seeing it record, adds a span per statement (a copy of
+		// the connection's configuration each). The spans keep their trace
+		// and span ids, so the logs still carry them.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 

@@ -83,6 +83,26 @@ func TestOpsProfiles(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 }
 
+// Spans are recorded only when an exporter takes them; either way they
+// have the ids that the logs carry.
+func TestSpansRecordedOnlyWhenExported(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	for _, exported := range []bool{false, true} {
+		if exported {
+			// Never reached: the span is not ended, so nothing is sent.
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:1")
+		}
+		tel, err := telemetry.Setup(t.Context(), "test")
+		require.NoError(t, err)
+		_, span := tel.TracerProvider.Tracer("test").Start(t.Context(), "op")
+		require.Equal(t, exported, span.IsRecording())
+		require.True(t, span.SpanContext().HasTraceID())
+		require.True(t, span.SpanContext().HasSpanID())
+		require.NoError(t, tel.Shutdown(context.Background()))
+	}
+}
+
 func TestLogHandlerAddsTraceIDs(t *testing.T) {
 	t.Parallel()
 	tel, err := telemetry.Setup(t.Context(), "test")
