@@ -86,7 +86,14 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	}
 	place := c.s.handoff.TakeIdle(t.TenantID)
 	p.Eager = eagerLease(place)
+	// Subscribed before the instance exists, so that no end is missed.
+	ended := c.s.ends.watch(t.TenantID, id)
 	res, err := c.s.store.StartOrchestration(ctx, p)
+	if err == nil {
+		c.s.ends.keep(t.TenantID, id, ended)
+	} else {
+		c.s.ends.drop(ended)
+	}
 	if !c.s.handOver(ctx, place, p.Eager) && err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
 	}
@@ -221,7 +228,15 @@ func (s *Server) pollUntil(ctx context.Context, deadline time.Time, wake, handed
 func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Request[orchardv1.WaitForCompletionRequest]) (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
 	deadline := longPollDeadline(ctx, req.Msg.Timeout)
 	var in *store.Instance
-	sub := c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenantOf(ctx).TenantID, Key: req.Msg.InstanceId})
+	tenant := tenantOf(ctx).TenantID
+	// A wait for an instance this server started takes the subscription
+	// its start made: without a hint in it, the instance has not ended,
+	// and the first read waits for the hint (or the first poll interval).
+	sub := c.s.ends.take(tenant, req.Msg.InstanceId)
+	unread := sub != nil
+	if sub == nil {
+		sub = c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenant, Key: req.Msg.InstanceId})
+	}
 	defer sub.Close()
 	// The end comes with a hint when hints reach the API: the polls are
 	// for a lost one.
@@ -229,7 +244,7 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 	if c.s.cfg.Hinted {
 		first = c.s.cfg.MaxPoll
 	}
-	done, err := c.s.pollUntil(ctx, deadline, sub.C, nil, first, func() (bool, error) {
+	read := func() (bool, error) {
 		c.s.longPollQueries.Add(1)
 		got, err := c.getInstance(ctx, req.Msg.InstanceId)
 		if err != nil {
@@ -237,7 +252,18 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 		}
 		in = got
 		return in.Status.Terminal(), nil
+	}
+	done, err := c.s.pollUntil(ctx, deadline, sub.C, nil, first, func() (bool, error) {
+		if unread {
+			unread = false
+			return false, nil
+		}
+		return read()
 	})
+	if err == nil && in == nil {
+		// The wait ended (its deadline, a drain) before any read.
+		done, err = read()
+	}
 	if err != nil {
 		return nil, err
 	}

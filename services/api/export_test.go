@@ -13,3 +13,11 @@ func AccessRules() map[string][]string {
 
 // ActiveLongPolls is the number of long polls waiting.
 func (s *Server) ActiveLongPolls() int64 { return s.longPolls.Load() }
+
+// EndWatches is the number of starts' end subscriptions kept.
+func (s *Server) EndWatches() int {
+	if s.ends == nil {
+		return 0
+	}
+	return s.ends.len()
+}

@@ -57,11 +57,13 @@ func TestHintsWakeTheWaiters(t *testing.T) {
 	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
 }
 
-// With hints reaching the API (Hinted), WaitForCompletion reads its
-// instance when it starts and when the hint of its end comes: its polls,
+// With hints reaching the API (Hinted), a WaitForCompletion reads its
+// instance when the hint of its end comes, and also as it starts unless
+// this server started the instance: a start subscribes to its instance's
+// end before writing it, and its wait takes that subscription. Its polls,
 // for a lost hint, are MaxPoll apart, not doubling from MinPoll (counted,
 // not timed: MinPoll is a millisecond, MaxPoll an hour).
-func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
+func TestHintedWaitForCompletionReads(t *testing.T) {
 	t.Parallel()
 	hints := notify.NewLocal()
 	e := newEnv(t, func(c *api.Config) {
@@ -70,26 +72,57 @@ func TestHintedWaitForCompletionReadsAtStartAndEnd(t *testing.T) {
 	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
 	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
 	ctx := t.Context()
-	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
-	require.NoError(t, err)
-	task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
-	require.NoError(t, err)
-	require.Len(t, task.Msg.Tasks, 1)
+	startAndPoll := func(id string) string {
+		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id, Input: []byte(`7`)}))
+		require.NoError(t, err)
+		task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+		require.NoError(t, err)
+		require.Len(t, task.Msg.Tasks, 1)
+		return task.Msg.Tasks[0].TaskToken
+	}
+	waitFor := func(id string) func(string) *connect.Response[orchardv1.WaitForCompletionResponse] {
+		return inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+			return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
+		})
+	}
+	complete := func(token string) {
+		_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: []byte(`8`)}))
+		require.NoError(t, err)
+	}
 
+	// Started here, still running: no read until the hint.
+	token := startAndPoll("e")
+	require.Equal(t, 1, e.API.EndWatches())
 	queriesBefore := e.API.LongPollQueries()
-	wait := inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
-		return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: "e", Timeout: durationpb.New(time.Minute)}))
-	})
-	testwait.Until(t, 30*time.Second, "WaitForCompletion to read the instance", func() bool {
-		return e.API.LongPollQueries()-queriesBefore == 1
-	})
-	_, err = c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: task.Msg.Tasks[0].TaskToken, Result: []byte(`8`)}))
-	require.NoError(t, err)
+	wait := waitFor("e")
+	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
+	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read before the hint")
+	require.Zero(t, e.API.EndWatches(), "the wait took its start's subscription")
+	complete(token)
 	w := wait("the instance's end did not reach WaitForCompletion")
 	require.True(t, w.Msg.Done)
-	// The first read may come after the end (the count goes up as it
-	// starts), and then it is the only one.
-	require.LessOrEqual(t, e.API.LongPollQueries()-queriesBefore, int64(2), "reads: one at the start, one on the hint")
+	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore, "reads: one, on the hint")
+
+	// No subscription of a start left (a second wait): a read at the start.
+	queriesBefore = e.API.LongPollQueries()
+	w = waitFor("e")("a wait for an ended instance did not answer")
+	require.True(t, w.Msg.Done)
+	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
+
+	// Ended before its wait came: the start's subscription holds the hint.
+	complete(startAndPoll("f"))
+	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
+		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
+		require.NoError(t, err)
+		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
+	})
+	queriesBefore = e.API.LongPollQueries()
+	w = waitFor("f")("a wait for an instance that ended before it did not answer")
+	require.True(t, w.Msg.Done)
+	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
+	require.Zero(t, e.API.EndWatches())
+	require.Zero(t, hints.Subscribers()-1, "only the dispatcher still listens")
 }
 
 // With the dispatcher of its process sharing a Handoff, a poll that waits

@@ -177,6 +177,8 @@ type Server struct {
 	longPollQueries atomic.Int64
 	notifier        notify.Notifier
 	handoff         *notify.Handoff
+	// ends: the starts' end watches, when Hinted; nil otherwise.
+	ends *endWatches
 
 	mu       sync.Mutex
 	http     *http.Server
@@ -208,6 +210,9 @@ func New(cfg Config) (*Server, error) {
 		draining: make(chan struct{}),
 		notifier: cfg.Notifier,
 		handoff:  cfg.Handoff,
+	}
+	if cfg.Hinted {
+		s.ends = newEndWatches(cfg.Notifier, endWatchTTL, maxEndWatch)
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.
@@ -337,5 +342,6 @@ func (s *Server) Stop(ctx context.Context) error {
 	<-done
 	s.tenants.stop()
 	s.versions.stop()
+	s.ends.stop()
 	return errors.Join(err, s.serveErr)
 }
