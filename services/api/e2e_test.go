@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -93,20 +95,27 @@ func percentiles(b *testing.B, d []time.Duration, unit string) {
 }
 
 // BenchmarkUnaryOverhead measures one unary call through the whole chain
-// (HTTP/1.1 Connect on loopback, telemetry, authentication, authorization,
-// tenant admission, rate limit, validation, handler) without a store call:
-// TenantService.GetLimits answers from the tenant row the admission step
-// cached, so no database round trip is measured.
+// (HTTP/1.1 Connect on loopback, telemetry as the servers set it up,
+// authentication, authorization, tenant admission, rate limit, validation,
+// handler) without a store call: TenantService.GetLimits answers from the
+// tenant row the admission step cached, so no database round trip is
+// measured. cpu-µs/call is the process's CPU (client and server) per call.
 func BenchmarkUnaryOverhead(b *testing.B) {
-	e := newEnv(b, func(c *apiConfig) { c.TenantCacheTTL = time.Hour })
+	tel, err := telemetry.Setup(b.Context(), "bench")
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	e := newEnv(b, func(c *apiConfig) {
+		c.TenantCacheTTL, c.TracerProvider, c.MeterProvider = time.Hour, tel.TracerProvider, tel.MeterProvider
+	})
 	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000})
 	c := e.clients(e.token(acme, tenancy.RoleTenantAdmin))
 	ctx := context.Background()
-	_, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
+	_, err = c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{}))
 	require.NoError(b, err)
 	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU(b)
 	for b.Loop() {
 		t0 := time.Now()
 		if _, err := c.tenant.GetLimits(ctx, req(&orchardv1.GetLimitsRequest{})); err != nil {
@@ -114,8 +123,16 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 		}
 		lat = append(lat, time.Since(t0))
 	}
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(len(lat)), "cpu-µs/call")
 	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "req/s")
 	percentiles(b, lat, "call")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkStartToCompletion measures an instance of testsystem.EchoDef from
