@@ -218,7 +218,7 @@ func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClien
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")}, o.httpClient, copts
+	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")}, oneWrite{o.httpClient}, copts
 }
 
 // tracingOptions configure the client's otelconnect interceptor: spans
