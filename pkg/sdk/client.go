@@ -239,10 +239,11 @@ func (c *Client) BaseURL() string { return c.baseURL }
 
 // bearer puts the token in every request's Authorization header.
 func bearer(token string) connect.UnaryInterceptorFunc {
+	header := "Bearer " + token
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if token != "" {
-				req.Header().Set("Authorization", "Bearer "+token)
+				req.Header()["Authorization"] = []string{header}
 			}
 			return next(ctx, req)
 		}
