@@ -102,9 +102,10 @@ type Config struct {
 	Handoff *notify.Handoff
 	// Hinted says that the dispatchers' hints reach Notifier: they run in
 	// this process, or hints cross processes. A WaitForCompletion then
-	// reads its instance when it starts and on the hint of its end, and
-	// polls only every MaxPoll, for a lost hint, instead of doubling from
-	// MinPoll.
+	// reads its instance when it starts (not when this server started the
+	// instance: the start subscribed to its end, see endWatches) and on
+	// the hint of its end, and polls only every MaxPoll, for a lost hint,
+	// instead of doubling from MinPoll.
 	Hinted bool
 	// Console, when set, is served at /console/ beside the API: the web
 	// console (services/console), whose pages call this API like any
