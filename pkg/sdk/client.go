@@ -63,7 +63,7 @@ func WithToken(token string) Option {
 }
 
 // WithHTTPClient sets the HTTP client the calls go through (default
-// http.DefaultClient). Its Timeout, if any, must exceed the long polls
+// DefaultHTTPClient). Its Timeout, if any, must exceed the long polls
 // (WaitForCompletion, PollActivityTask: up to 60 seconds); prefer contexts
 // for deadlines.
 func WithHTTPClient(c connect.HTTPClient) Option {
@@ -197,10 +197,24 @@ func NewClient(baseURL string, opts ...Option) *Client {
 	return c
 }
 
+// DefaultHTTPClient is the HTTP client of the clients made without
+// WithHTTPClient: http.DefaultTransport's settings, but for the idle
+// connections it keeps per host, which are 2 there. A worker runs many
+// tasks at once, each with its long poll, heartbeats and completion, and a
+// client starts and waits for many instances at once: with 2, most of
+// their calls would open a connection and close it after.
+var DefaultHTTPClient = &http.Client{Transport: defaultTransport()}
+
+func defaultTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, 1024
+	return t
+}
+
 // newServiceClient resolves the options and returns a Client (its retry
 // policy and URL) with what the Connect clients of its services need.
 func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClient, []connect.ClientOption) {
-	o := clientOptions{httpClient: http.DefaultClient, retry: DefaultRetryPolicy}
+	o := clientOptions{httpClient: DefaultHTTPClient, retry: DefaultRetryPolicy}
 	for _, opt := range opts {
 		opt(&o)
 	}
