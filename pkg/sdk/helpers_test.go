@@ -32,7 +32,7 @@ type testServer struct {
 	tokens []string
 }
 
-func serve(t *testing.T, s services) *testServer {
+func serve(t testing.TB, s services) *testServer {
 	t.Helper()
 	if s.client == nil {
 		s.client = orchardv1connect.UnimplementedClientServiceHandler{}
@@ -67,7 +67,7 @@ func (ts *testServer) authorizations() []string {
 // fastRetries keeps the retry tests quick.
 var fastRetries = sdk.RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 
-func newClient(t *testing.T, ts *testServer, opts ...sdk.Option) *sdk.Client {
+func newClient(t testing.TB, ts *testServer, opts ...sdk.Option) *sdk.Client {
 	t.Helper()
 	opts = append([]sdk.Option{sdk.WithToken("test-token"), sdk.WithRetryPolicy(fastRetries)}, opts...)
 	return sdk.NewClient(ts.URL, opts...)

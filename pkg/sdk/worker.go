@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -32,9 +33,11 @@ import (
 // Register, then call Run.
 type Worker struct {
 	client *Client
-	queue  string
-	opts   workerOptions
-	log    *slog.Logger
+	// reports is the client of the reports (see reporter).
+	reports *Client
+	queue   string
+	opts    workerOptions
+	log     *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]handlerFunc
@@ -121,6 +124,7 @@ func NewWorker(c *Client, taskQueue string, opts ...WorkerOption) *Worker {
 	}
 	return &Worker{
 		client:               c,
+		reports:              reporter(c),
 		queue:                taskQueue,
 		opts:                 o,
 		log:                  o.logger.With(slog.String("task_queue", taskQueue)),
@@ -301,22 +305,26 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	concurrency := max(w.opts.concurrency, 1)
 	slots := make(chan struct{}, concurrency)
-	var running, pollers sync.WaitGroup
+	run := &runners{w: w, base: handlerCtx, slots: slots, tasks: make(chan *orchardv1.ActivityTask), max: int32(concurrency)}
+	var pollers sync.WaitGroup
 	var fatalOnce sync.Once
 	var fatal error
 	for range min(w.defaultPollers, concurrency) {
 		pollers.Go(func() {
-			if err := w.poll(pollCtx, handlerCtx, slots, &running); err != nil {
+			if err := w.poll(pollCtx, slots, run); err != nil {
 				fatalOnce.Do(func() { fatal = err })
 				stopPolling()
 			}
 		})
 	}
 	pollers.Wait()
+	// No task comes any more: the idle runners return, the busy ones once
+	// their handlers have.
+	close(run.tasks)
 
 	handlersDone := make(chan struct{})
 	go func() {
-		running.Wait()
+		run.wg.Wait()
 		close(handlersDone)
 	}()
 	w.mu.RLock()
@@ -374,7 +382,7 @@ const maxPollTasks = 64
 // poll is one poller: take the free slots (at least one), lease as many
 // tasks in one poll, run each in a slot and hand back the slots left over.
 // It returns an error only when the worker cannot work at all.
-func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, running *sync.WaitGroup) error {
+func (w *Worker) poll(ctx context.Context, slots chan struct{}, run *runners) error {
 	failures := pollBackoff.waits()
 	for {
 		select {
@@ -435,23 +443,67 @@ func (w *Worker) poll(ctx, handlerCtx context.Context, slots chan struct{}, runn
 			<-slots
 		}
 		for _, task := range tasks {
-			running.Go(func() {
-				defer func() { <-slots }()
-				w.execute(handlerCtx, task)
-			})
+			run.start(task)
+		}
+	}
+}
+
+// runners run the leased tasks, each task in a slot. A runner is a
+// goroutine that, its task done and the slot handed back, waits for the
+// next task: a goroutine per task would start each time on a small stack
+// and grow it again through the handler and the report, a cost as large
+// as the rest of a short task's local work. There are at most as many
+// runners as slots; they return once the pollers have, and their handlers.
+type runners struct {
+	w       *Worker
+	base    context.Context // the handlers' contexts derive from it
+	slots   chan struct{}
+	tasks   chan *orchardv1.ActivityTask // to the idle runners; closed when the pollers have returned
+	max     int32
+	started atomic.Int32
+	wg      sync.WaitGroup
+}
+
+// start runs a leased task, which holds a slot: in an idle runner, else in
+// a new one while there are fewer runners than slots. When there are as
+// many, one of them is idle or about to be (the slot it handed back is the
+// task's), and takes the task.
+func (r *runners) start(t *orchardv1.ActivityTask) {
+	select {
+	case r.tasks <- t:
+		return
+	default:
+	}
+	if r.started.Add(1) <= r.max {
+		r.wg.Go(func() { r.loop(t) })
+		return
+	}
+	r.started.Add(-1)
+	r.tasks <- t
+}
+
+// loop is one runner: its first task, then those handed to it until the
+// pollers have returned.
+func (r *runners) loop(t *orchardv1.ActivityTask) {
+	h := &heart{w: r.w}
+	for {
+		r.w.execute(r.base, t, h)
+		<-r.slots
+		var ok bool
+		if t, ok = <-r.tasks; !ok {
+			return
 		}
 	}
 }
 
 // execute runs one task: the handler under a context that a lost lease
-// cancels, heartbeats meanwhile, then the report.
-func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
+// cancels, heartbeats (through its runner's heart) from when the first is
+// due, then the report.
+func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask, h *heart) {
 	info := ActivityInfo{
 		TaskQueue: t.GetTaskQueue(), Name: t.GetName(), InstanceID: t.GetInstanceId(), ExecutionID: t.GetExecutionId(),
 		ActivityID: t.GetActivityId(), Attempt: int(t.GetAttempt()), ScheduledAt: fromTimestamp(t.GetCreatedAt()),
 	}
-	log := w.log.With(slog.String("instance", info.InstanceID), slog.Int64("activity_id", info.ActivityID),
-		slog.String("activity", info.Name), slog.Int("attempt", info.Attempt))
 	ctx, cancel := context.WithCancelCause(context.WithValue(base, activityInfoKey{}, info))
 	defer cancel(nil)
 	// The handler runs in a span of its own, in the trace of the turn that
@@ -466,36 +518,37 @@ func (w *Worker) execute(base context.Context, t *orchardv1.ActivityTask) {
 	if expires.IsZero() {
 		expires = time.Now().Add(w.opts.lease)
 	}
-	stopBeats := make(chan struct{})
-	beatsDone := make(chan struct{})
-	go func() {
-		defer close(beatsDone)
-		w.heartbeat(base, t.GetTaskToken(), expires, stopBeats, cancel, log)
-	}()
+	h.arm(base, t.GetTaskToken(), expires, cancel, info)
 	result, err := w.invoke(ctx, t.GetName(), t.GetInput())
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
-	close(stopBeats)
-	<-beatsDone
+	h.disarm()
 
 	if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
-		log.Info("sdk: task lost while its handler ran; its outcome is dropped", slog.Any("cause", cause))
+		w.taskLog(&info).Info("sdk: task lost while its handler ran; its outcome is dropped", slog.Any("cause", cause))
 		return
 	}
 	if err != nil && base.Err() != nil {
 		// The worker stopped and cancelled the handler: the task goes to
 		// another worker when its lease lapses, without using an attempt.
-		log.Info("sdk: handler cancelled by the worker's stop; the task is left to its lease", slog.Any("error", err))
+		w.taskLog(&info).Info("sdk: handler cancelled by the worker's stop; the task is left to its lease", slog.Any("error", err))
 		return
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), w.reportTimeout)
 	defer rcancel()
 	if err == nil {
-		w.complete(rctx, t.GetTaskToken(), result, log)
+		w.complete(rctx, t.GetTaskToken(), result, &info)
 		return
 	}
-	w.fail(rctx, t.GetTaskToken(), err, log)
+	w.fail(rctx, t.GetTaskToken(), err, &info)
+}
+
+// taskLog is the worker's logger with the task's attributes, made only
+// when there is something to log.
+func (w *Worker) taskLog(info *ActivityInfo) *slog.Logger {
+	return w.log.With(slog.String("instance", info.InstanceID), slog.Int64("activity_id", info.ActivityID),
+		slog.String("activity", info.Name), slog.Int("attempt", info.Attempt))
 }
 
 // invoke runs the handler of an activity, turning a panic into an error.
@@ -536,21 +589,73 @@ func describe(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-// heartbeat renews the task's lease every third of what is left of it,
-// until stop closes. A heartbeat the server refuses (the task was cancelled
-// or lost), or heartbeats failing until the lease has run out, cancel the
-// handler with a cause that matches ErrLeaseLost.
-func (w *Worker) heartbeat(base context.Context, token string, expires time.Time, stop <-chan struct{}, lost context.CancelCauseFunc, log *slog.Logger) {
-	next := func() time.Duration { return max(time.Until(expires)/3, w.minHeartbeatInterval) }
-	timer := time.NewTimer(next())
-	defer timer.Stop()
+// heart heartbeats for the task its runner runs, from when the first
+// heartbeat is due (a third of the lease): a task done sooner costs no
+// goroutine and no call. Its timer serves the runner's every task.
+type heart struct {
+	w     *Worker
+	timer *time.Timer // runs beat
+	// The task's, set by arm before the timer is set.
+	base    context.Context
+	token   string
+	expires time.Time
+	lost    context.CancelCauseFunc
+	info    ActivityInfo
+	// stop closes when the task's handler has returned; done, when beat
+	// has. Made anew once a beat has used them.
+	stop, done chan struct{}
+}
+
+// arm sets the first heartbeat of a task whose lease ends at expires.
+func (h *heart) arm(base context.Context, token string, expires time.Time, lost context.CancelCauseFunc, info ActivityInfo) {
+	h.base, h.token, h.expires, h.lost, h.info = base, token, expires, lost, info
+	if h.stop == nil {
+		h.stop, h.done = make(chan struct{}), make(chan struct{})
+	}
+	first := h.w.nextHeartbeat(expires)
+	if h.timer == nil {
+		h.timer = time.AfterFunc(first, h.beat)
+		return
+	}
+	h.timer.Reset(first)
+}
+
+// disarm stops the task's heartbeats once its handler has returned, and
+// waits for one being sent.
+func (h *heart) disarm() {
+	if h.timer.Stop() {
+		return
+	}
+	// The timer fired: beat runs, or has run.
+	close(h.stop)
+	<-h.done
+	h.stop, h.done = nil, nil
+}
+
+func (h *heart) beat() {
+	defer close(h.done)
+	h.w.heartbeat(h.base, h.token, h.expires, h.stop, h.lost, &h.info)
+}
+
+// nextHeartbeat is the wait before the heartbeat of a lease ending at
+// expires: a third of what is left of it.
+func (w *Worker) nextHeartbeat(expires time.Time) time.Duration {
+	return max(time.Until(expires)/3, w.minHeartbeatInterval)
+}
+
+// heartbeat renews the task's lease now, then every third of what is left
+// of it, until stop closes. A heartbeat the server refuses (the task was
+// cancelled or lost), or heartbeats failing until the lease has run out,
+// cancel the handler with a cause that matches ErrLeaseLost.
+func (w *Worker) heartbeat(base context.Context, token string, expires time.Time, stop <-chan struct{}, lost context.CancelCauseFunc, info *ActivityInfo) {
+	var timer *time.Timer
 	for {
 		select {
 		case <-stop:
 			return
 		case <-base.Done():
 			return
-		case <-timer.C:
+		default:
 		}
 		// An attempt is bounded by the lease it asks for, not by the local
 		// estimate of the lease's end: a worker whose scheduler or clock runs
@@ -574,20 +679,31 @@ func (w *Worker) heartbeat(base context.Context, token string, expires time.Time
 			if e := fromTimestamp(resp.Msg.GetLeaseExpiresAt()); !e.IsZero() {
 				expires = e
 			}
-			timer.Reset(next())
-			continue
+		} else {
+			e := apiError(err)
+			if errors.Is(e, ErrFailedPrecondition) || errors.Is(e, ErrNotFound) {
+				lost(fmt.Errorf("%w: the heartbeat was refused: %w", ErrLeaseLost, e))
+				return
+			}
+			if !time.Now().Before(expires) {
+				lost(fmt.Errorf("%w: heartbeats failed until the lease ran out: %w", ErrLeaseLost, e))
+				return
+			}
+			w.taskLog(info).Warn("sdk: heartbeat failed; trying again before the lease runs out", slog.Any("error", e))
 		}
-		e := apiError(err)
-		if errors.Is(e, ErrFailedPrecondition) || errors.Is(e, ErrNotFound) {
-			lost(fmt.Errorf("%w: the heartbeat was refused: %w", ErrLeaseLost, e))
+		if timer == nil {
+			timer = time.NewTimer(w.nextHeartbeat(expires))
+			defer timer.Stop()
+		} else {
+			timer.Reset(w.nextHeartbeat(expires))
+		}
+		select {
+		case <-stop:
 			return
-		}
-		if !time.Now().Before(expires) {
-			lost(fmt.Errorf("%w: heartbeats failed until the lease ran out: %w", ErrLeaseLost, e))
+		case <-base.Done():
 			return
+		case <-timer.C:
 		}
-		log.Warn("sdk: heartbeat failed; trying again before the lease runs out", slog.Any("error", e))
-		timer.Reset(next())
 	}
 }
 
@@ -597,46 +713,47 @@ func (w *Worker) heartbeat(base context.Context, token string, expires time.Time
 // until the report's deadline rather than for the policy's attempts: a
 // report outlives a database restart, and the activity does not run again
 // after its lease because its result was lost on the way.
-func (w *Worker) reporter() *Client {
-	c := *w.client
+func reporter(client *Client) *Client {
+	c := *client
 	c.retry.MaxAttempts = math.MaxInt
 	return &c
 }
 
 // complete reports a result. A result the server refuses (too large, not
 // JSON) fails the task instead, not retryably.
-func (w *Worker) complete(ctx context.Context, token string, result []byte, log *slog.Logger) {
-	_, err := call(ctx, w.reporter(), idempotent, w.client.workers.CompleteActivityTask,
+func (w *Worker) complete(ctx context.Context, token string, result []byte, info *ActivityInfo) {
+	_, err := call(ctx, w.reports, idempotent, w.client.workers.CompleteActivityTask,
 		&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: result})
 	if err == nil {
 		return
 	}
 	if refused(err) {
-		log.Warn("sdk: the result was refused; failing the task", slog.Any("error", err))
-		w.fail(ctx, token, &ActivityError{Kind: "InvalidOutput", Message: "the result was refused: " + err.Error(), NonRetryable: true}, log)
+		w.taskLog(info).Warn("sdk: the result was refused; failing the task", slog.Any("error", err))
+		w.fail(ctx, token, &ActivityError{Kind: "InvalidOutput", Message: "the result was refused: " + err.Error(), NonRetryable: true}, info)
 		return
 	}
-	w.reportFailed(err, "result", log)
+	w.reportFailed(err, "result", info)
 }
 
 // fail reports a failed attempt. A failure the server refuses (details too
 // large, a malformed kind) is reported again with its message only.
-func (w *Worker) fail(ctx context.Context, token string, cause error, log *slog.Logger) {
+func (w *Worker) fail(ctx context.Context, token string, cause error, info *ActivityInfo) {
 	f, retryable := failureOf(cause)
-	_, err := call(ctx, w.reporter(), idempotent, w.client.workers.FailActivityTask,
+	_, err := call(ctx, w.reports, idempotent, w.client.workers.FailActivityTask,
 		&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
 	if err != nil && refused(err) {
-		log.Warn("sdk: the failure was refused; reporting its message only", slog.Any("error", err))
+		w.taskLog(info).Warn("sdk: the failure was refused; reporting its message only", slog.Any("error", err))
 		f = &orchardv1.ActivityFailure{Message: f.GetMessage()}
-		_, err = call(ctx, w.reporter(), idempotent, w.client.workers.FailActivityTask,
+		_, err = call(ctx, w.reports, idempotent, w.client.workers.FailActivityTask,
 			&orchardv1.FailActivityTaskRequest{TaskToken: token, Failure: f, Retryable: retryable})
 	}
 	if err != nil {
-		w.reportFailed(err, "failure", log)
+		w.reportFailed(err, "failure", info)
 	}
 }
 
-func (w *Worker) reportFailed(err error, what string, log *slog.Logger) {
+func (w *Worker) reportFailed(err error, what string, info *ActivityInfo) {
+	log := w.taskLog(info)
 	if errors.Is(err, ErrFailedPrecondition) {
 		log.Info("sdk: task lost before its "+what+" was reported; it is dropped", slog.Any("error", err))
 		return

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/metrics"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,12 +60,22 @@ var taskSeq atomic.Int64
 
 // add queues a task of activity name with input and returns its token.
 func (s *taskServer) add(name string, input string) string {
+	return s.addLeased(name, input, 0)
+}
+
+// addLeased is add of a task whose poll grants it lease rather than the
+// server's (0: the server's).
+func (s *taskServer) addLeased(name string, input string, lease time.Duration) string {
 	n := taskSeq.Add(1)
 	token := "token-" + strconv.FormatInt(n, 10)
-	s.tasks <- &orchardv1.ActivityTask{
+	task := &orchardv1.ActivityTask{
 		TaskToken: token, InstanceId: "instance-" + strconv.FormatInt(n, 10), ExecutionId: 1, ActivityId: n, Name: name,
 		TaskQueue: "q", Input: []byte(input), Attempt: 2, CreatedAt: timestamppb.Now(),
 	}
+	if lease > 0 {
+		task.LeaseExpiresAt = timestamppb.New(time.Now().Add(lease))
+	}
+	s.tasks <- task
 	return token
 }
 
@@ -94,7 +106,9 @@ func (s *taskServer) PollActivityTask(ctx context.Context, req *connect.Request[
 			}
 		}
 		for _, task := range tasks {
-			task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.skew + s.lease))
+			if task.LeaseExpiresAt == nil {
+				task.LeaseExpiresAt = timestamppb.New(time.Now().Add(s.skew + s.lease))
+			}
 		}
 		return connect.NewResponse(&orchardv1.PollActivityTaskResponse{Tasks: tasks}), nil
 	case <-t.C:
@@ -163,7 +177,7 @@ func (s *taskServer) heartbeatsOf(token string) int {
 }
 
 // startWorker runs w in the background; the test's end stops it.
-func startWorker(t *testing.T, w *sdk.Worker) <-chan error {
+func startWorker(t testing.TB, w *sdk.Worker) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(context.WithoutCancel(t.Context())) }()
@@ -175,7 +189,7 @@ func startWorker(t *testing.T, w *sdk.Worker) <-chan error {
 	return done
 }
 
-func newWorker(t *testing.T, s *taskServer, opts ...sdk.WorkerOption) *sdk.Worker {
+func newWorker(t testing.TB, s *taskServer, opts ...sdk.WorkerOption) *sdk.Worker {
 	t.Helper()
 	c := newClient(t, serve(t, services{worker: s}))
 	opts = append([]sdk.WorkerOption{sdk.WithLogger(quiet()), sdk.WithPollWait(50 * time.Millisecond)}, opts...)
@@ -295,6 +309,41 @@ func TestHeartbeatsRunWhileTheHandlerDoes(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	require.JSONEq(t, `"done"`, string(s.completed[token]), "a renewed lease outlives its first expiry")
+}
+
+// A runner runs one task after another: each task's heartbeats start a
+// third of its lease in, also after the runner's previous task was
+// heartbeated; a task whose lease is long and that is done sooner has
+// none.
+func TestHeartbeatsOfTasksThatFollowInOneRunner(t *testing.T) {
+	t.Parallel()
+	s := newTaskServer()
+	s.lease = 150 * time.Millisecond
+	w := newWorker(t, s, sdk.WithConcurrency(1))
+	sdk.Register(w, "slow", func(ctx context.Context, _ any) (string, error) {
+		info, _ := sdk.ActivityInfoFrom(ctx)
+		token := "token-" + strings.TrimPrefix(info.InstanceID, "instance-")
+		for s.heartbeatsOf(token) < 2 {
+			select {
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			case <-time.After(time.Millisecond): // polls a counter the server bumps
+			}
+		}
+		return "done", nil
+	})
+	sdk.Register(w, "quick", func(context.Context, any) (string, error) { return "done", nil })
+	slow1 := s.add("slow", `{}`)
+	quick := s.addLeased("quick", `{}`, time.Hour)
+	slow2, slow3 := s.add("slow", `{}`), s.add("slow", `{}`)
+	startWorker(t, w)
+	s.waitReports(t, 4)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, token := range []string{slow1, quick, slow2, slow3} {
+		require.JSONEq(t, `"done"`, string(s.completed[token]), "task %s failed: %v", token, s.failed[token])
+	}
+	require.Zero(t, s.heartbeats[quick], "heartbeats of the quick task")
 }
 
 // A worker whose clock or scheduler is late by more than its lease (here,
@@ -616,4 +665,40 @@ func TestStopBeforeRun(t *testing.T) {
 	require.NoError(t, w.Stop(t.Context()))
 	require.NoError(t, w.Run(t.Context()))
 	require.Zero(t, s.polls.Load())
+}
+
+// BenchmarkWorkerTask runs tasks of an echo activity through a worker, as
+// a load of short activities does: allocs/op, B/op and goroutines/op are
+// per task, the test server's share included.
+func BenchmarkWorkerTask(b *testing.B) {
+	s := newTaskServer()
+	w := newWorker(b, s, sdk.WithConcurrency(64), sdk.WithPollWait(time.Second))
+	sdk.Register(w, "echo", func(_ context.Context, in json.RawMessage) (json.RawMessage, error) { return in, nil })
+	startWorker(b, w)
+	// The first tasks make the connections and the worker's goroutines.
+	for range 64 {
+		s.add("echo", `{"seq":1}`)
+	}
+	for range 64 {
+		<-s.reported
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	g0 := goroutinesCreated()
+	go func() {
+		for range b.N {
+			s.add("echo", `{"seq":1}`)
+		}
+	}()
+	for range b.N {
+		<-s.reported
+	}
+	b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+}
+
+// goroutinesCreated is how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
