@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/otelconnect"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -222,30 +221,18 @@ func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClien
 		o.token = os.Getenv(TokenEnv)
 	}
 	baseURL = strings.TrimRight(baseURL, "/")
-	interceptors := []connect.Interceptor{bearer(strings.TrimSpace(o.token))}
-	// NewInterceptor fails only making metric instruments, which are off.
-	if tracing, err := otelconnect.NewInterceptor(tracingOptions(o)...); err == nil {
-		interceptors = append([]connect.Interceptor{tracing}, interceptors...)
-	}
-	copts := append([]connect.ClientOption{connect.WithInterceptors(interceptors...)}, o.connectOpts...)
-	tp := o.tracer
+	tp, propagator := o.tracer, o.propagator
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")}, oneWrite{o.httpClient}, copts
-}
-
-// tracingOptions configure the client's otelconnect interceptor: spans
-// only (metrics are the application's to choose), from the providers given.
-func tracingOptions(o clientOptions) []otelconnect.Option {
-	opts := []otelconnect.Option{otelconnect.WithoutMetrics()}
-	if o.tracer != nil {
-		opts = append(opts, otelconnect.WithTracerProvider(o.tracer))
+	if propagator == nil {
+		propagator = otel.GetTextMapPropagator()
 	}
-	if o.propagator != nil {
-		opts = append(opts, otelconnect.WithPropagator(o.propagator))
-	}
-	return opts
+	tracer := tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")
+	// Spans only: metrics are the application's to choose.
+	copts := append([]connect.ClientOption{connect.WithInterceptors(newCallTracing(tracer, propagator), bearer(strings.TrimSpace(o.token)))},
+		o.connectOpts...)
+	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tracer}, oneWrite{o.httpClient}, copts
 }
 
 // BaseURL is the API's URL the client calls.

@@ -25,11 +25,13 @@ type services struct {
 }
 
 // testServer is a real Connect server on loopback with the test's
-// handlers, recording the Authorization header of every request.
+// handlers, recording the Authorization and traceparent headers of every
+// request.
 type testServer struct {
 	*httptest.Server
 	mu     sync.Mutex
 	tokens []string
+	traces []string
 }
 
 func serve(t testing.TB, s services) *testServer {
@@ -51,6 +53,7 @@ func serve(t testing.TB, s services) *testServer {
 	ts.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts.mu.Lock()
 		ts.tokens = append(ts.tokens, r.Header.Get("Authorization"))
+		ts.traces = append(ts.traces, r.Header.Get("Traceparent"))
 		ts.mu.Unlock()
 		mux.ServeHTTP(w, r)
 	}))
@@ -62,6 +65,12 @@ func (ts *testServer) authorizations() []string {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return append([]string(nil), ts.tokens...)
+}
+
+func (ts *testServer) traceparents() []string {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return append([]string(nil), ts.traces...)
 }
 
 // fastRetries keeps the retry tests quick.

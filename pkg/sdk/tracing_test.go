@@ -2,21 +2,27 @@ package sdk_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/internal/testwait"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/tenancy"
+	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
@@ -102,4 +108,79 @@ func TestOneTraceFromStartToActivityAndBack(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// counter answers CountInstances; the other procedures are Unimplemented.
+type counter struct {
+	orchardv1connect.UnimplementedClientServiceHandler
+}
+
+func (counter) CountInstances(context.Context, *connect.Request[orchardv1.CountInstancesRequest]) (*connect.Response[orchardv1.CountInstancesResponse], error) {
+	return connect.NewResponse(&orchardv1.CountInstancesResponse{Total: 1}), nil
+}
+
+// Each call is a client span named after its procedure, with the RPC
+// conventions' attributes and its outcome, the same on the calls that
+// follow as on the first; the request carries its trace context.
+func TestCallSpans(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	ts := serve(t, services{client: counter{}})
+	c := newClient(t, ts, sdk.WithTracing(tp, propagation.TraceContext{}), sdk.WithRetryPolicy(sdk.RetryPolicy{MaxAttempts: 1}))
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(ts.URL, "http://"))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := c.Count(t.Context(), sdk.Filter{})
+		require.NoError(t, err)
+		_, err = c.Get(t.Context(), "x")
+		var e *sdk.Error
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, connect.CodeUnimplemented, e.Code)
+	}
+
+	spans := rec.Ended()
+	require.Len(t, spans, 4)
+	for i, sp := range spans {
+		method := "orchard.v1.ClientService/CountInstances"
+		want := map[string]string{
+			"rpc.system.name": "connectrpc", "rpc.method": method, "server.address": host, "server.port": port,
+			"rpc.response.status_code": "OK",
+		}
+		status := sdktrace.Status{Code: codes.Unset}
+		if i%2 == 1 {
+			method = "orchard.v1.ClientService/GetInstance"
+			want["rpc.method"], want["rpc.response.status_code"], want["error.type"] = method, "UNIMPLEMENTED", "UNIMPLEMENTED"
+			status = sdktrace.Status{Code: codes.Error, Description: "orchard.v1.ClientService.GetInstance is not implemented"}
+		}
+		require.Equal(t, method, sp.Name())
+		require.Equal(t, trace.SpanKindClient, sp.SpanKind())
+		got := map[string]string{}
+		for _, a := range sp.Attributes() {
+			got[string(a.Key)] = a.Value.String()
+		}
+		require.Equal(t, want, got, "span %d", i)
+		require.Equal(t, status, sp.Status(), "span %d", i)
+	}
+	// The server saw each call's traceparent.
+	require.Len(t, ts.traceparents(), 4)
+	for i, tp := range ts.traceparents() {
+		require.Equal(t, spans[i].SpanContext().TraceID().String(), strings.Split(tp, "-")[1], "call %d", i)
+	}
+}
+
+// BenchmarkCall makes unary calls through a client whose spans nobody
+// records (as with no tracer provider set) to a test server: allocs/op
+// and B/op are per call, the server's share included.
+func BenchmarkCall(b *testing.B) {
+	ts := serve(b, services{client: counter{}})
+	c := newClient(b, ts, sdk.WithTracing(noop.NewTracerProvider(), propagation.TraceContext{}))
+	ctx, span := sdktrace.NewTracerProvider().Tracer("app").Start(b.Context(), "app request")
+	defer span.End()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Count(ctx, sdk.Filter{}); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
