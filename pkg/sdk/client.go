@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/orchardhq/orchard/internal/rpcotel"
 	"github.com/orchardhq/orchard/proto/orchard/v1/orchardv1connect"
 )
 
@@ -230,7 +231,7 @@ func newServiceClient(baseURL string, opts []Option) (*Client, connect.HTTPClien
 	}
 	tracer := tp.Tracer("github.com/orchardhq/orchard/pkg/sdk")
 	// Spans only: metrics are the application's to choose.
-	copts := append([]connect.ClientOption{connect.WithInterceptors(newCallTracing(tracer, propagator), bearer(strings.TrimSpace(o.token)))},
+	copts := append([]connect.ClientOption{connect.WithInterceptors(rpcotel.ClientInterceptor(tracer, propagator), bearer(strings.TrimSpace(o.token)))},
 		o.connectOpts...)
 	return &Client{baseURL: baseURL, retry: o.retry.withDefaults(), tracer: tracer}, oneWrite{o.httpClient}, copts
 }

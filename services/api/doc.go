@@ -3,7 +3,7 @@
 // gRPC-Web on one port, with gRPC health and reflection beside them.
 //
 // Every call passes the same chain of interceptors, outermost first:
-// telemetry (OpenTelemetry through otelconnect), the error mapping and the
+// telemetry (OpenTelemetry through internal/rpcotel), the error mapping and the
 // call's log line, authentication (a Bearer JWT verified by
 // tenancy.Verifier), authorization by procedure (the table in authz.go),
 // the tenant's state and request rate, and request validation

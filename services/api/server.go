@@ -17,11 +17,11 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
-	"connectrpc.com/otelconnect"
 	"connectrpc.com/validate"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orchardhq/orchard/internal/rpcotel"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -217,14 +217,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.
-	otelOpts := []otelconnect.Option{otelconnect.WithTrustRemote()}
-	if cfg.TracerProvider != nil {
-		otelOpts = append(otelOpts, otelconnect.WithTracerProvider(cfg.TracerProvider))
-	}
-	if cfg.MeterProvider != nil {
-		otelOpts = append(otelOpts, otelconnect.WithMeterProvider(cfg.MeterProvider))
-	}
-	otelInterceptor, err := otelconnect.NewInterceptor(otelOpts...)
+	otelInterceptor, err := rpcotel.NewServer(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("api: telemetry: %w", err)
 	}
