@@ -168,6 +168,9 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Server, error) {
 	}
 }
 
+// autovacuumNaptime is how often autovacuum looks at each database.
+const autovacuumNaptime = "5s"
+
 func startServer(ctx context.Context, bin, dir, data string, port int, remove bool, cred *syscall.Credential, opts PostgresOptions) (*Server, error) {
 	args := []string{
 		filepath.Join(bin, "postgres"), "-D", data,
@@ -179,7 +182,11 @@ func startServer(ctx context.Context, bin, dir, data string, port int, remove bo
 		"-c", "max_pred_locks_per_transaction=256",
 		// Queue tables churn: vacuum and analyze them often, or scans of
 		// their index heads wade through dead entries on stale statistics.
-		"-c", "autovacuum_naptime=1s",
+		// Not every second: each vacuum or analyze that changes a table's
+		// size in pg_class discards every connection's cached plans of the
+		// statements on it, and the ack's statements take milliseconds to
+		// plan again.
+		"-c", "autovacuum_naptime=" + autovacuumNaptime,
 		// Behave like CockroachDB even for statements outside the transaction helper.
 		"-c", "default_transaction_isolation=serializable",
 	}

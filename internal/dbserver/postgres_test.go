@@ -86,6 +86,11 @@ func TestStopRemovesServerAndFiles(t *testing.T) {
 			sharedBuffers(memTotal())).Scan(&buffers, &want))
 		require.Equal(t, want, buffers, "the server's buffer cache is sized from this machine's memory")
 	}
+	if !strings.Contains(os.Getenv("ORCHARD_TESTDB_SETTINGS"), "autovacuum_naptime") {
+		var naptime string
+		require.NoError(t, conn.QueryRow(t.Context(), "SHOW autovacuum_naptime").Scan(&naptime))
+		require.Equal(t, autovacuumNaptime, naptime)
+	}
 	conn.Close(t.Context())
 	require.DirExists(t, dir)
 
