@@ -15,12 +15,13 @@ import (
 // (processes called postgres or cockroach) and Orchard's (the rest); and the
 // generator's own, which shares the machine when it runs beside the server.
 type CPUReport struct {
-	Pids                           []int   `json:"pids"`
-	OrchardCores                   float64 `json:"orchard_cores"`
-	DatabaseCores                  float64 `json:"database_cores"`
-	GeneratorCores                 float64 `json:"generator_cores"`
-	OrchardMillisPerOrchestration  float64 `json:"orchard_ms_per_orchestration"`
-	DatabaseMillisPerOrchestration float64 `json:"database_ms_per_orchestration"`
+	Pids                            []int   `json:"pids"`
+	OrchardCores                    float64 `json:"orchard_cores"`
+	DatabaseCores                   float64 `json:"database_cores"`
+	GeneratorCores                  float64 `json:"generator_cores"`
+	OrchardMillisPerOrchestration   float64 `json:"orchard_ms_per_orchestration"`
+	DatabaseMillisPerOrchestration  float64 `json:"database_ms_per_orchestration"`
+	GeneratorMillisPerOrchestration float64 `json:"generator_ms_per_orchestration"`
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
@@ -138,14 +139,15 @@ func sampleCPU(roots []int) (cpuSample, error) {
 // orchestrations ended, into a report.
 func cpuReport(roots []int, before, after cpuSample, elapsed time.Duration, completed int64) *CPUReport {
 	r := &CPUReport{Pids: roots}
-	orch, db := after.orchard-before.orchard, after.database-before.database
+	orch, db, gen := after.orchard-before.orchard, after.database-before.database, after.generator-before.generator
 	if elapsed > 0 {
 		r.OrchardCores, r.DatabaseCores = orch.Seconds()/elapsed.Seconds(), db.Seconds()/elapsed.Seconds()
-		r.GeneratorCores = (after.generator - before.generator).Seconds() / elapsed.Seconds()
+		r.GeneratorCores = gen.Seconds() / elapsed.Seconds()
 	}
 	if completed > 0 {
 		r.OrchardMillisPerOrchestration = float64(orch.Milliseconds()) / float64(completed)
 		r.DatabaseMillisPerOrchestration = float64(db.Milliseconds()) / float64(completed)
+		r.GeneratorMillisPerOrchestration = float64(gen.Milliseconds()) / float64(completed)
 	}
 	return r
 }

@@ -36,4 +36,5 @@ func TestSumTreesSplitsTheDatabase(t *testing.T) {
 	require.InDelta(t, 0.5, r.GeneratorCores, 1e-9)
 	require.InDelta(t, 10, r.OrchardMillisPerOrchestration, 1e-9)
 	require.InDelta(t, 20, r.DatabaseMillisPerOrchestration, 1e-9)
+	require.InDelta(t, 10, r.GeneratorMillisPerOrchestration, 1e-9)
 }

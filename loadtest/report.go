@@ -191,8 +191,8 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 		return err
 	}
 	if c := rep.CPU; c != nil {
-		fmt.Fprintf(w, "server CPU: orchard %.2f cores, database %.2f cores; per orchestration: orchard %.2f ms, database %.2f ms; load generator %.2f cores\n",
-			c.OrchardCores, c.DatabaseCores, c.OrchardMillisPerOrchestration, c.DatabaseMillisPerOrchestration, c.GeneratorCores)
+		fmt.Fprintf(w, "server CPU: orchard %.2f cores, database %.2f cores; per orchestration: orchard %.2f ms, database %.2f ms; load generator %.2f cores, %.2f ms per orchestration\n",
+			c.OrchardCores, c.DatabaseCores, c.OrchardMillisPerOrchestration, c.DatabaseMillisPerOrchestration, c.GeneratorCores, c.GeneratorMillisPerOrchestration)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintln(w, "note:", n)
