@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -126,6 +127,43 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(len(lat)), "cpu-µs/call")
 	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "req/s")
 	percentiles(b, lat, "call")
+}
+
+// BenchmarkRefusedCall measures a start refused by the tenant's request
+// rate, client and server in one process: what a tenant far past its rate
+// costs per call. The API reads and decodes a request before it refuses
+// it, so the cost grows with the input.
+func BenchmarkRefusedCall(b *testing.B) {
+	for _, size := range []int{1, 200_000} {
+		b.Run(fmt.Sprintf("input=%d", size), func(b *testing.B) {
+			tel, err := telemetry.Setup(b.Context(), "bench")
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+			e := newEnv(b, func(c *apiConfig) {
+				c.TenantCacheTTL, c.TracerProvider, c.MeterProvider = time.Hour, tel.TracerProvider, tel.MeterProvider
+			})
+			noisy := e.tenant("noisy", &store.Limits{RequestsPerSecond: 1, Burst: 1}, testsystem.EchoDef)
+			c := e.clients(e.token(noisy, tenancy.RoleClient))
+			ctx := context.Background()
+			start := req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`"` + strings.Repeat("x", size) + `"`)})
+			_, _ = c.client.StartOrchestration(ctx, start)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0, refused := processCPU(b), 0
+			for b.Loop() {
+				_, err := c.client.StartOrchestration(ctx, start)
+				switch {
+				case connect.CodeOf(err) == connect.CodeResourceExhausted:
+					refused++
+				case err != nil:
+					b.Fatal(err)
+				}
+				// A token comes back each second: a start may go through.
+			}
+			require.Positive(b, refused)
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+		})
+	}
 }
 
 // processCPU is the process's user and system CPU time so far.
