@@ -176,6 +176,19 @@ func (s *taskServer) heartbeatsOf(token string) int {
 	return s.heartbeats[token]
 }
 
+// awaitHeartbeats is a handler's body that ends once the server has had n
+// heartbeats of the task token, or with the handler's context.
+func (s *taskServer) awaitHeartbeats(ctx context.Context, token string, n int) (string, error) {
+	for s.heartbeatsOf(token) < n {
+		select {
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		case <-time.After(time.Millisecond): // polls a counter the server bumps
+		}
+	}
+	return "done", nil
+}
+
 // startWorker runs w in the background; the test's end stops it.
 func startWorker(t testing.TB, w *sdk.Worker) <-chan error {
 	t.Helper()
@@ -322,15 +335,7 @@ func TestHeartbeatsOfTasksThatFollowInOneRunner(t *testing.T) {
 	w := newWorker(t, s, sdk.WithConcurrency(1))
 	sdk.Register(w, "slow", func(ctx context.Context, _ any) (string, error) {
 		info, _ := sdk.ActivityInfoFrom(ctx)
-		token := "token-" + strings.TrimPrefix(info.InstanceID, "instance-")
-		for s.heartbeatsOf(token) < 2 {
-			select {
-			case <-ctx.Done():
-				return "", context.Cause(ctx)
-			case <-time.After(time.Millisecond): // polls a counter the server bumps
-			}
-		}
-		return "done", nil
+		return s.awaitHeartbeats(ctx, "token-"+strings.TrimPrefix(info.InstanceID, "instance-"), 2)
 	})
 	sdk.Register(w, "quick", func(context.Context, any) (string, error) { return "done", nil })
 	slow1 := s.add("slow", `{}`)
@@ -360,14 +365,7 @@ func TestALateWorkerAsksTheServerBeforeItGivesUpATask(t *testing.T) {
 	w := newWorker(t, s)
 	var token string
 	sdk.Register(w, "slow", func(ctx context.Context, _ any) (string, error) {
-		for s.heartbeatsOf(token) < 3 {
-			select {
-			case <-ctx.Done():
-				return "", context.Cause(ctx)
-			case <-time.After(time.Millisecond): // polls a counter the server bumps
-			}
-		}
-		return "done", nil
+		return s.awaitHeartbeats(ctx, token, 3)
 	})
 	token = s.add("slow", `{}`)
 	startWorker(t, w)
