@@ -114,6 +114,16 @@ type row struct {
 	executions, events     int64
 }
 
+// instanceIDs is the ids of the tenant's instances, in order.
+func (e *env) instanceIDs(tenant string) []string {
+	e.t.Helper()
+	rows, err := e.pool.Query(e.t.Context(), `SELECT instance_id FROM instances WHERE tenant_id = $1 ORDER BY instance_id`, tenant)
+	require.NoError(e.t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(e.t, err)
+	return ids
+}
+
 func (e *env) rows(tenant string) map[string]row {
 	rows, err := e.pool.Query(e.t.Context(), `SELECT instance_id, COALESCE(parent_instance_id, ''), root_instance_id, name, status,
 		completed_at, retention, execution_count, event_count FROM instances WHERE tenant_id = $1`, tenant)
@@ -473,10 +483,7 @@ func TestGracefulDeleteCutShortResumes(t *testing.T) {
 	ctx := t.Context()
 	const roots = 1000 // the most a graceful delete takes
 	e.generate(datagen.Spec{Tenants: []string{"acme"}, InstancesPerTenant: roots, EventsPerExecution: 2, Completed: 1, Seed: 4})
-	rows, err := e.pool.Query(ctx, `SELECT instance_id FROM instances WHERE tenant_id = 'acme' ORDER BY instance_id`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	ids := e.instanceIDs("acme")
 	require.Len(t, ids, roots)
 	req, err := json.Marshal(janitor.GracefulDelete{InstanceIDs: ids, Actor: "me", Role: "client"})
 	require.NoError(t, err)

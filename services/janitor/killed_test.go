@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testwait"
@@ -140,10 +139,7 @@ func TestGracefulDeleteKilledAfterARootCountsIt(t *testing.T) {
 	ctx := t.Context()
 	const roots = 20
 	e.generate(datagen.Spec{Tenants: []string{"acme"}, InstancesPerTenant: roots, EventsPerExecution: 3, Completed: 1, Seed: 7})
-	rows, err := e.pool.Query(ctx, `SELECT instance_id FROM instances WHERE tenant_id = 'acme' ORDER BY instance_id`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	ids := e.instanceIDs("acme")
 	require.Len(t, ids, roots)
 	before := e.totals("acme")
 	req, err := json.Marshal(janitor.GracefulDelete{InstanceIDs: ids, Actor: "me", Role: "client"})
