@@ -36,7 +36,7 @@ func ClientInterceptor(tracer trace.Tracer, propagator propagation.TextMapPropag
 	var procs procedures
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			p := procs.of(req, trace.SpanKindClient, nil)
+			p := procs.of(req.Spec().Procedure, req.Peer().Protocol, req.Peer().Addr, trace.SpanKindClient, nil)
 			ctx, span := tracer.Start(ctx, p.name, p.start...)
 			defer span.End()
 			propagator.Inject(ctx, propagation.HeaderCarrier(req.Header()))
@@ -96,21 +96,47 @@ func (s *Server) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		p := s.procs.of(req, trace.SpanKindServer, s.duration)
-		if !trace.SpanContextFromContext(ctx).IsValid() {
-			ctx = s.propagator.Extract(ctx, propagation.HeaderCarrier(req.Header()))
-		}
-		ctx, span := s.tracer.Start(ctx, p.name, p.start...)
-		defer span.End()
-		res, err := next(ctx, req)
-		o := p.outcome(err)
-		if span.IsRecording() {
-			span.SetAttributes(o.attrs...)
-			span.SetStatus(serverStatus(err))
-		}
-		s.duration.Record(ctx, time.Since(start).Seconds(), o.record...)
+		var res connect.AnyResponse
+		err := s.serve(ctx, req.Spec().Procedure, req.Peer().Protocol, req.Header(), start, nil, func(ctx context.Context) (err error) {
+			res, err = next(ctx, req)
+			return err
+		})
 		return res, err
 	}
+}
+
+// Unhandled traces and measures a unary call that its Connect handler never
+// sees, as WrapUnary would have: an http.Handler in front of it answers the
+// call from its headers alone (protocol is a connect.Protocol constant).
+// The span starts at start; answer runs within it and returns the call's
+// outcome, then the span ends and the duration is measured, before the
+// caller writes the answer, as WrapUnary's end before Connect writes it.
+func (s *Server) Unhandled(ctx context.Context, proc, protocol string, header http.Header, start time.Time, answer func(context.Context) error) error {
+	return s.serve(ctx, proc, protocol, header, start, []trace.SpanStartOption{trace.WithTimestamp(start)}, answer)
+}
+
+// serve runs a server call within its span and measures it.
+func (s *Server) serve(ctx context.Context, proc, protocol string, header http.Header, start time.Time, opts []trace.SpanStartOption,
+	call func(context.Context) error) error {
+	p := s.procs.of(proc, protocol, "", trace.SpanKindServer, s.duration)
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = s.propagator.Extract(ctx, propagation.HeaderCarrier(header))
+	}
+	if opts != nil {
+		opts = append(opts, p.start...)
+	} else {
+		opts = p.start
+	}
+	ctx, span := s.tracer.Start(ctx, p.name, opts...)
+	defer span.End()
+	err := call(ctx)
+	o := p.outcome(err)
+	if span.IsRecording() {
+		span.SetAttributes(o.attrs...)
+		span.SetStatus(serverStatus(err))
+	}
+	s.duration.Record(ctx, time.Since(start).Seconds(), o.record...)
+	return err
 }
 
 // procedures are the procedures called so far, by name and protocol: as
@@ -140,14 +166,16 @@ type outcome struct {
 	record []metric.RecordOption
 }
 
-func (ps *procedures) of(req connect.AnyRequest, kind trace.SpanKind, measured metric.Float64Histogram) *procedure {
-	key := procedureKey{req.Spec().Procedure, req.Peer().Protocol}
+// of is the procedure called over protocol; peer is the client's server
+// (ignored for server spans).
+func (ps *procedures) of(proc, protocol, peer string, kind trace.SpanKind, measured metric.Float64Histogram) *procedure {
+	key := procedureKey{proc, protocol}
 	if p, ok := ps.m.Load(key); ok {
 		return p.(*procedure)
 	}
 	name := strings.TrimLeft(key.procedure, "/")
 	attrs := []attribute.KeyValue{semconv.RPCSystemNameKey.String(system(key.protocol)), semconv.RPCMethodKey.String(name)}
-	if addr := req.Peer().Addr; kind == trace.SpanKindClient && addr != "" {
+	if addr := peer; kind == trace.SpanKindClient && addr != "" {
 		// A client's peer is its server, the same at every call.
 		host, port, err := net.SplitHostPort(addr)
 		if n, perr := strconv.Atoi(port); err == nil && perr == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -33,8 +34,7 @@ func callFrom(ctx context.Context) *call {
 }
 
 // errorsAndLogs maps every error of the chain and the handler to a Connect
-// error (connectError, the one place) and logs the call with its procedure,
-// tenant, code and duration.
+// error and logs the call (endCall).
 func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -42,38 +42,43 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 			ctx = context.WithValue(ctx, callKey{}, c)
 			start := time.Now()
 			resp, err := next(ctx, req)
-			procedure := req.Spec().Procedure
-			log := s.log.With(slog.String("procedure", procedure))
-			if c.tenant != "" {
-				log = log.With(slog.String("tenant", c.tenant))
-			}
-			// One line per call: at info for errors, so that operators see
-			// what went wrong for whom; at debug for successes, and for calls
-			// refused by the request rate: a tenant past its rate is refused
-			// hundreds of times a second, a line each would cost more than
-			// the refusal, and the RPC metrics count them by code.
-			level, code := slog.LevelDebug, "ok"
-			if err != nil {
-				if !overRate(err) {
-					level = slog.LevelInfo
-				}
-				err = connectError(ctx, log, err)
-				code = connect.CodeOf(err).String()
-			}
-			if log.Enabled(ctx, level) {
-				attrs := []slog.Attr{slog.String("subject", c.subject), slog.String("code", code),
-					slog.Duration("duration", time.Since(start))}
-				if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-					attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-				}
-				if err != nil {
-					attrs = append(attrs, slog.String("error", err.Error()))
-				}
-				log.LogAttrs(ctx, level, "api: call", attrs...)
-			}
-			return resp, err
+			return resp, s.endCall(ctx, req.Spec().Procedure, c, start, err)
 		}
 	}
+}
+
+// endCall maps a call's error to a Connect error (connectError, the one
+// place) and logs the call with its procedure, tenant, code and duration.
+func (s *Server) endCall(ctx context.Context, procedure string, c *call, start time.Time, err error) error {
+	log := s.log.With(slog.String("procedure", procedure))
+	if c.tenant != "" {
+		log = log.With(slog.String("tenant", c.tenant))
+	}
+	// One line per call: at info for errors, so that operators see what
+	// went wrong for whom; at debug for successes, and for calls refused
+	// by the request rate: a tenant past its rate is refused hundreds of
+	// times a second, a line each would cost more than the refusal, and
+	// the RPC metrics count them by code.
+	level, code := slog.LevelDebug, "ok"
+	if err != nil {
+		if !overRate(err) {
+			level = slog.LevelInfo
+		}
+		err = connectError(ctx, log, err)
+		code = connect.CodeOf(err).String()
+	}
+	if log.Enabled(ctx, level) {
+		attrs := []slog.Attr{slog.String("subject", c.subject), slog.String("code", code),
+			slog.Duration("duration", time.Since(start))}
+		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
+		if err != nil {
+			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+		log.LogAttrs(ctx, level, "api: call", attrs...)
+	}
+	return err
 }
 
 // overRate reports whether err is the rate limiter's refusal.
@@ -82,16 +87,13 @@ func overRate(err error) bool {
 	return errors.As(err, &ex) && ex.Resource == tenancy.ResourceRequests
 }
 
-// authenticate verifies the Bearer token and puts its identity in the
-// context. No token, or a token that does not verify, is Unauthenticated.
+// authenticate verifies the Bearer token, unless the rate gate did, and
+// puts its identity in the context. No token, or a token that does not
+// verify, is Unauthenticated.
 func (s *Server) authenticate() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			token, err := bearer(req.Header().Get("Authorization"))
-			if err != nil {
-				return nil, err
-			}
-			id, err := s.cfg.Verifier.Verify(ctx, token)
+			id, err := s.identity(ctx, req.Header())
 			if err != nil {
 				return nil, err
 			}
@@ -100,6 +102,18 @@ func (s *Server) authenticate() connect.UnaryInterceptorFunc {
 			return next(tenancy.WithIdentity(ctx, id), req)
 		}
 	}
+}
+
+// identity is the verified identity of a call's token.
+func (s *Server) identity(ctx context.Context, header http.Header) (*tenancy.Identity, error) {
+	if a := admissionFrom(ctx); a != nil {
+		return a.id, a.err
+	}
+	token, err := bearer(header.Get("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	return s.cfg.Verifier.Verify(ctx, token)
 }
 
 // bearer takes the token out of an Authorization header.
@@ -132,14 +146,11 @@ func (s *Server) authorize() connect.UnaryInterceptorFunc {
 
 type tenantKey struct{}
 
-// admitTenant lets a tenant's call through when the tenant is registered,
-// active (a suspended tenant's tenant-admin may still read) and within its
-// request rate: its workers' calls and its other calls each have a bucket of
-// that rate (see access.worker). Then, long polls aside, the call takes a
-// slot of the process's share of calls in flight (Config.CallShare), where a
-// tenant past its share waits behind the others. The tenant's row goes into
-// the context for the handlers. Admin calls have no tenant of their own and
-// skip this.
+// admitTenant lets a tenant's call through when admit does. Then, long
+// polls aside, the call takes a slot of the process's share of calls in
+// flight (Config.CallShare), where a tenant past its share waits behind the
+// others. The tenant's row goes into the context for the handlers. Admin
+// calls have no tenant of their own and skip this.
 func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
@@ -148,17 +159,8 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 				return next(ctx, req)
 			}
 			id, _ := tenancy.IdentityFrom(ctx)
-			t, err := s.tenants.get(ctx, id.Tenant)
-			if errors.Is(err, store.ErrNotFound) {
-				return nil, fmt.Errorf("%w: tenant %q is not registered", tenancy.ErrPermissionDenied, id.Tenant)
-			}
+			t, err := s.admit(ctx, id, rule)
 			if err != nil {
-				return nil, err
-			}
-			if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
-				return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
-			}
-			if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
 				return nil, err
 			}
 			if !rule.longPoll {
@@ -171,6 +173,30 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 			return next(context.WithValue(ctx, tenantKey{}, t), req)
 		}
 	}
+}
+
+// admit returns the caller's tenant when it is registered, active (a
+// suspended tenant's tenant-admin may still read) and within its request
+// rate: its workers' calls and its other calls each have a bucket of that
+// rate (see access.worker). A call takes one token of its bucket: here, or
+// in the rate gate, which runs admit first (see admission).
+func (s *Server) admit(ctx context.Context, id *tenancy.Identity, rule access) (*store.Tenant, error) {
+	t, err := s.tenants.get(ctx, id.Tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: tenant %q is not registered", tenancy.ErrPermissionDenied, id.Tenant)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
+		return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
+	}
+	if a := admissionFrom(ctx); a == nil || !a.admitted {
+		if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
 }
 
 // tenantOf is the calling tenant, as admitTenant found it.

@@ -168,6 +168,8 @@ type Server struct {
 	versions *versionCache
 	handler  http.Handler
 	health   *grpchealth.StaticChecker
+	// otel traces and measures the calls, those the rate gate answers too.
+	otel *rpcotel.Server
 
 	// draining closes at Stop: long polls end early with what they have.
 	draining  chan struct{}
@@ -217,13 +219,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.
-	otelInterceptor, err := rpcotel.NewServer(cfg.TracerProvider, cfg.MeterProvider)
+	var err error
+	s.otel, err = rpcotel.NewServer(cfg.TracerProvider, cfg.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("api: telemetry: %w", err)
 	}
 	opts := []connect.HandlerOption{
 		connect.WithInterceptors(
-			otelInterceptor,
+			s.otel,
 			s.errorsAndLogs(),
 			s.authenticate(),
 			s.authorize(),
@@ -234,11 +237,14 @@ func New(cfg Config) (*Server, error) {
 		connect.WithCompressMinBytes(compressMinBytes),
 		jsonCodec{name: "json"}.option(), jsonCodec{name: "json; charset=utf-8"}.option(),
 	}
+	// The tenants' services refuse a call past the request rate before
+	// they read its body (rateGate); the Admin service's calls have no rate.
+	gated := s.gated(connect.NewErrorWriter(opts...))
 	mux := http.NewServeMux()
-	mux.Handle(orchardv1connect.NewClientServiceHandler(&clientService{s}, opts...))
-	mux.Handle(orchardv1connect.NewWorkerServiceHandler(&workerService{s}, opts...))
-	mux.Handle(orchardv1connect.NewDefinitionServiceHandler(&definitionService{s}, opts...))
-	mux.Handle(orchardv1connect.NewTenantServiceHandler(&tenantService{s}, opts...))
+	mux.Handle(gated(orchardv1connect.NewClientServiceHandler(&clientService{s}, opts...)))
+	mux.Handle(gated(orchardv1connect.NewWorkerServiceHandler(&workerService{s}, opts...)))
+	mux.Handle(gated(orchardv1connect.NewDefinitionServiceHandler(&definitionService{s}, opts...)))
+	mux.Handle(gated(orchardv1connect.NewTenantServiceHandler(&tenantService{s}, opts...)))
 	mux.Handle(orchardv1connect.NewAdminServiceHandler(&adminService{s}, opts...))
 	mux.Handle(s.newHealth())
 	reflector := grpcreflect.NewStaticReflector(slices.Concat(servedServices, []string{grpchealth.HealthV1ServiceName})...)

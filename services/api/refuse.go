@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/orchardhq/orchard/pkg/tenancy"
+)
+
+// rateGate answers, from its headers alone, the calls of a tenant past its
+// request rate. Connect reads and decodes a request's body before any
+// interceptor runs, so a call admitTenant refuses costs what its body costs,
+// up to MaxMessageBytes, at whatever rate a hostile tenant sends; the gate's
+// refusal never reads the body. The call it cannot decide goes on to the
+// interceptors, which answer it as they would without the gate: a request
+// the handler may refuse before its interceptors (method, content type,
+// compression), a token that does not verify, a caller without the role,
+// a tenant unknown, suspended or unreadable. Over HTTP/1.1 net/http still
+// discards a body shorter than 256 KiB to keep the connection, and closes
+// the connection after a longer one.
+type rateGate struct {
+	s      *Server
+	next   http.Handler
+	errors *connect.ErrorWriter
+}
+
+// gated puts a rateGate in front of a service's handler.
+func (s *Server) gated(errors *connect.ErrorWriter) func(path string, h http.Handler) (string, http.Handler) {
+	return func(path string, h http.Handler) (string, http.Handler) {
+		return path, &rateGate{s: s, next: h, errors: errors}
+	}
+}
+
+// admission is what the gate learned of a call, for the interceptors: they
+// neither verify its token again nor take a second token of its request
+// bucket.
+type admission struct {
+	// id and err are the verification of the call's token (err: none, or
+	// one that does not verify).
+	id  *tenancy.Identity
+	err error
+	// admitted: the call took its token of the request rate.
+	admitted bool
+}
+
+type admissionKey struct{}
+
+func admissionFrom(ctx context.Context) *admission {
+	a, _ := ctx.Value(admissionKey{}).(*admission)
+	return a
+}
+
+func (g *rateGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	procedure := r.URL.Path
+	rule, ok := accessRules[procedure]
+	protocol := unaryProtocol(r)
+	if !ok || rule.platform || protocol == "" {
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	s, ctx := g.s, r.Context()
+	a := &admission{}
+	var token string
+	if token, a.err = bearer(r.Header.Get("Authorization")); a.err == nil {
+		a.id, a.err = s.cfg.Verifier.Verify(ctx, token)
+	}
+	var refused error
+	if a.err == nil && a.id.RequireAny(rule.roles...) == nil {
+		_, err := s.admit(ctx, a.id, rule)
+		switch {
+		case err == nil:
+			a.admitted = true
+		case overRate(err):
+			refused = err
+		}
+	}
+	if refused == nil {
+		g.next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, admissionKey{}, a)))
+		return
+	}
+	c := &call{tenant: a.id.Tenant, subject: a.id.Subject}
+	refused = s.otel.Unhandled(ctx, procedure, protocol, r.Header, start, func(ctx context.Context) error {
+		return s.endCall(ctx, procedure, c, start, refused)
+	})
+	if r.ProtoMajor == 1 && r.ContentLength < 0 {
+		// A body of unknown length: net/http would read up to 256 KiB of
+		// it before it sends the answer, to keep the connection.
+		w.Header().Set("Connection", "close")
+	}
+	_ = g.errors.Write(w, r, refused)
+}
+
+// unaryProtocol is the protocol (a connect.Protocol constant) of a unary
+// call the handlers take as it is, by its method, content type, codec and
+// compression; "" for any other request, left to the handler.
+func unaryProtocol(r *http.Request) string {
+	if r.Method != http.MethodPost {
+		return ""
+	}
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case strings.HasPrefix(ct, "application/grpc-web"):
+		if grpcCodec(ct[len("application/grpc-web"):]) && knownEncoding(r.Header.Get("Grpc-Encoding")) {
+			return connect.ProtocolGRPCWeb
+		}
+	case strings.HasPrefix(ct, "application/grpc"):
+		if grpcCodec(ct[len("application/grpc"):]) && knownEncoding(r.Header.Get("Grpc-Encoding")) {
+			return connect.ProtocolGRPC
+		}
+	case ct == "application/proto" || ct == "application/json" || ct == "application/json; charset=utf-8":
+		if v := r.Header.Get("Connect-Protocol-Version"); (v == "" || v == "1") && knownEncoding(r.Header.Get("Content-Encoding")) {
+			return connect.ProtocolConnect
+		}
+	}
+	return ""
+}
+
+// grpcCodec reports whether a gRPC content type's suffix names a codec the
+// handlers have.
+func grpcCodec(suffix string) bool {
+	return suffix == "" || suffix == "+proto" || suffix == "+json"
+}
+
+// knownEncoding reports whether a request's compression is one the
+// handlers decompress.
+func knownEncoding(e string) bool {
+	return e == "" || e == "identity" || e == "gzip"
+}
