@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
@@ -40,6 +42,8 @@ func (outcomes) GetInstance(_ context.Context, req *connect.Request[orchardv1.Ge
 		return nil, errors.New("a plain error")
 	case "teapot":
 		return nil, connect.NewError(connect.Code(99), errors.New("no such code"))
+	case "refused":
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("too many"))
 	}
 	return connect.NewResponse(&orchardv1.GetInstanceResponse{}), nil
 }
@@ -50,10 +54,33 @@ type telemetry struct {
 	metrics []string
 }
 
+// refusing answers the calls that carry a Refuse header in front of their
+// Connect handler, as the "refused" instance's are answered by the handler,
+// and records them with the server's Unhandled.
+func refusing(interceptor connect.Interceptor, next http.Handler) http.Handler {
+	server := interceptor.(*rpcotel.Server)
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Refuse") == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		protocol := connect.ProtocolConnect
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc-web") {
+			protocol = connect.ProtocolGRPCWeb
+		}
+		err := server.Unhandled(r.Context(), r.URL.Path, protocol, r.Header, time.Now(), func(context.Context) error {
+			return connect.NewError(connect.CodeResourceExhausted, errors.New("too many"))
+		})
+		_ = errs.Write(w, r, err)
+	})
+}
+
 // serveCalls makes the same calls, over Connect and gRPC-Web, to a server
-// whose telemetry interceptor newInterceptor makes, and returns what they
-// left.
-func serveCalls(t *testing.T, newInterceptor func(*sdktrace.TracerProvider, *sdkmetric.MeterProvider) (connect.Interceptor, error)) telemetry {
+// whose telemetry interceptor newInterceptor makes, with front (if any) in
+// front of its handler, and returns what they left.
+func serveCalls(t *testing.T, newInterceptor func(*sdktrace.TracerProvider, *sdkmetric.MeterProvider) (connect.Interceptor, error),
+	front func(connect.Interceptor, http.Handler) http.Handler) telemetry {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -63,15 +90,22 @@ func serveCalls(t *testing.T, newInterceptor func(*sdktrace.TracerProvider, *sdk
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle(orchardv1connect.NewClientServiceHandler(outcomes{}, connect.WithInterceptors(interceptor)))
-	srv := httptest.NewServer(mux)
+	var handler http.Handler = mux
+	if front != nil {
+		handler = front(interceptor, mux)
+	}
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 
 	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	for _, opts := range [][]connect.ClientOption{nil, {connect.WithGRPCWeb()}} {
 		c := orchardv1connect.NewClientServiceClient(srv.Client(), srv.URL, opts...)
-		for _, id := range []string{"ok", "missing", "broken", "plain", "teapot", "ok"} {
+		for _, id := range []string{"ok", "missing", "broken", "plain", "teapot", "refused", "ok"} {
 			req := connect.NewRequest(&orchardv1.GetInstanceRequest{InstanceId: id})
 			req.Header().Set("traceparent", parent)
+			if id == "refused" {
+				req.Header().Set("Refuse", "yes")
+			}
 			_, _ = c.GetInstance(t.Context(), req)
 		}
 	}
@@ -108,18 +142,19 @@ func text(attrs []attribute.KeyValue) []string {
 // A server's calls leave the spans and the measurements otelconnect's
 // interceptor leaves (but for their instrumentation scope): names, kinds,
 // the caller's trace, attributes, statuses, and the duration histogram's
-// data points.
+// data points; so do the calls answered in front of the handler and
+// recorded by Unhandled.
 func TestServerLeavesWhatOtelconnectLeaves(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	ours := serveCalls(t, func(tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) (connect.Interceptor, error) {
 		return rpcotel.NewServer(tp, mp)
-	})
+	}, refusing)
 	theirs := serveCalls(t, func(tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) (connect.Interceptor, error) {
 		return otelconnect.NewInterceptor(otelconnect.WithTrustRemote(), otelconnect.WithTracerProvider(tp), otelconnect.WithMeterProvider(mp))
-	})
-	require.Len(t, ours.spans, 12)
+	}, nil)
+	require.Len(t, ours.spans, 14)
 	require.Equal(t, theirs.spans, ours.spans)
-	require.Len(t, ours.metrics, 10, "5 outcomes over 2 protocols")
+	require.Len(t, ours.metrics, 12, "6 outcomes over 2 protocols")
 	require.Equal(t, theirs.metrics, ours.metrics)
 }
 
