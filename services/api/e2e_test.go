@@ -131,8 +131,9 @@ func BenchmarkUnaryOverhead(b *testing.B) {
 
 // BenchmarkRefusedCall measures a start refused by the tenant's request
 // rate, client and server in one process: what a tenant far past its rate
-// costs per call. The API reads and decodes a request before it refuses
-// it, so the cost grows with the input.
+// costs per call. The API refuses it from its headers (rateGate), but the
+// client still encodes and sends the input, and net/http discards a body
+// under 256 KiB to keep the connection.
 func BenchmarkRefusedCall(b *testing.B) {
 	for _, size := range []int{1, 200_000} {
 		b.Run(fmt.Sprintf("input=%d", size), func(b *testing.B) {
