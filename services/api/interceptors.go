@@ -178,9 +178,12 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 // admit returns the caller's tenant when it is registered, active (a
 // suspended tenant's tenant-admin may still read) and within its request
 // rate: its workers' calls and its other calls each have a bucket of that
-// rate (see access.worker). A call takes one token of its bucket: here, or
-// in the rate gate, which runs admit first (see admission).
+// rate (see access.worker). It runs once per call, taking one token: in the
+// rate gate, which passes its answer on (see admission), or here.
 func (s *Server) admit(ctx context.Context, id *tenancy.Identity, rule access) (*store.Tenant, error) {
+	if a := admissionFrom(ctx); a != nil && a.decided {
+		return a.tenant, a.admitErr
+	}
 	t, err := s.tenants.get(ctx, id.Tenant)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: tenant %q is not registered", tenancy.ErrPermissionDenied, id.Tenant)
@@ -191,10 +194,8 @@ func (s *Server) admit(ctx context.Context, id *tenancy.Identity, rule access) (
 	if t.State != store.TenantActive && !(rule.read && id.Has(tenancy.RoleTenantAdmin)) {
 		return nil, fmt.Errorf("%w: tenant %q is %s", tenancy.ErrPermissionDenied, id.Tenant, t.State)
 	}
-	if a := admissionFrom(ctx); a == nil || !a.admitted {
-		if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
-			return nil, err
-		}
+	if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
+		return nil, err
 	}
 	return t, nil
 }

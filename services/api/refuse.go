@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
@@ -15,13 +16,14 @@ import (
 // request rate. Connect reads and decodes a request's body before any
 // interceptor runs, so a call admitTenant refuses costs what its body costs,
 // up to MaxMessageBytes, at whatever rate a hostile tenant sends; the gate's
-// refusal never reads the body. The call it cannot decide goes on to the
-// interceptors, which answer it as they would without the gate: a request
-// the handler may refuse before its interceptors (method, content type,
-// compression), a token that does not verify, a caller without the role,
-// a tenant unknown, suspended or unreadable. Over HTTP/1.1 net/http still
-// discards a body shorter than 256 KiB to keep the connection, and closes
-// the connection after a longer one.
+// refusal never reads the body. Every other call goes on to the
+// interceptors, with what the gate learned (admission), and they answer it
+// as they would without the gate: a request the handler may refuse before
+// its interceptors (method, content type, compression), a token that does
+// not verify, a caller without the role, a tenant unknown or suspended, a
+// store error. Over HTTP/1.1 net/http still discards a refused call's body
+// shorter than 256 KiB, to keep the connection, and closes the connection
+// after a longer one.
 type rateGate struct {
 	s      *Server
 	next   http.Handler
@@ -36,15 +38,19 @@ func (s *Server) gated(errors *connect.ErrorWriter) func(path string, h http.Han
 }
 
 // admission is what the gate learned of a call, for the interceptors: they
-// neither verify its token again nor take a second token of its request
-// bucket.
+// neither verify its token again nor admit its tenant again, which would
+// take a second token of its request bucket.
 type admission struct {
 	// id and err are the verification of the call's token (err: none, or
 	// one that does not verify).
 	id  *tenancy.Identity
 	err error
-	// admitted: the call took its token of the request rate.
-	admitted bool
+	// decided: the gate ran admit (the caller has the procedure's role),
+	// which answered tenant and admitErr (not a refusal by the rate: the
+	// gate answers those).
+	decided  bool
+	tenant   *store.Tenant
+	admitErr error
 }
 
 type admissionKey struct{}
@@ -69,23 +75,17 @@ func (g *rateGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if token, a.err = bearer(r.Header.Get("Authorization")); a.err == nil {
 		a.id, a.err = s.cfg.Verifier.Verify(ctx, token)
 	}
-	var refused error
 	if a.err == nil && a.id.RequireAny(rule.roles...) == nil {
-		_, err := s.admit(ctx, a.id, rule)
-		switch {
-		case err == nil:
-			a.admitted = true
-		case overRate(err):
-			refused = err
-		}
+		a.tenant, a.admitErr = s.admit(ctx, a.id, rule)
+		a.decided = true
 	}
-	if refused == nil {
+	if !a.decided || !overRate(a.admitErr) {
 		g.next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, admissionKey{}, a)))
 		return
 	}
 	c := &call{tenant: a.id.Tenant, subject: a.id.Subject}
-	refused = s.otel.Unhandled(ctx, procedure, protocol, r.Header, start, func(ctx context.Context) error {
-		return s.endCall(ctx, procedure, c, start, refused)
+	refused := s.otel.Unhandled(ctx, procedure, protocol, r.Header, start, func(ctx context.Context) error {
+		return s.endCall(ctx, procedure, c, start, a.admitErr)
 	})
 	if r.ProtoMajor == 1 && r.ContentLength < 0 {
 		// A body of unknown length: net/http would read up to 256 KiB of
