@@ -39,9 +39,17 @@ func connectError(ctx context.Context, log *slog.Logger, err error) error {
 	return ce
 }
 
+// errorInfoType is the type of a google.rpc.ErrorInfo detail.
+var errorInfoType = string((*errdetails.ErrorInfo)(nil).ProtoReflect().Descriptor().FullName())
+
 // reasonOf is the reason of the error's google.rpc.ErrorInfo, "" without one.
 func reasonOf(ce *connect.Error) string {
 	for _, d := range ce.Details() {
+		// Only the ErrorInfo is decoded: the others (a refusal's quota and
+		// retry delay) are not needed.
+		if d.Type() != errorInfoType {
+			continue
+		}
 		if m, err := d.Value(); err == nil {
 			if info, ok := m.(*errdetails.ErrorInfo); ok {
 				return info.GetReason()

@@ -50,10 +50,6 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 // endCall maps a call's error to a Connect error (connectError, the one
 // place) and logs the call with its procedure, tenant, code and duration.
 func (s *Server) endCall(ctx context.Context, procedure string, c *call, start time.Time, err error) error {
-	log := s.log.With(slog.String("procedure", procedure))
-	if c.tenant != "" {
-		log = log.With(slog.String("tenant", c.tenant))
-	}
 	// One line per call: at info for errors, so that operators see what
 	// went wrong for whom; at debug for successes, and for calls refused
 	// by the request rate: a tenant past its rate is refused hundreds of
@@ -61,30 +57,47 @@ func (s *Server) endCall(ctx context.Context, procedure string, c *call, start t
 	// the RPC metrics count them by code.
 	level, code := slog.LevelDebug, "ok"
 	if err != nil {
+		// connectError logs what it cannot show the client (never a
+		// refusal by the rate) with the call's attributes.
+		log := s.log
 		if !overRate(err) {
 			level = slog.LevelInfo
+			log = slog.New(s.log.Handler().WithAttrs(callAttrs(procedure, c)))
 		}
 		err = connectError(ctx, log, err)
 		code = connect.CodeOf(err).String()
 	}
-	if log.Enabled(ctx, level) {
-		attrs := []slog.Attr{slog.String("subject", c.subject), slog.String("code", code),
-			slog.Duration("duration", time.Since(start))}
-		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-		}
-		if err != nil {
-			attrs = append(attrs, slog.String("error", err.Error()))
-		}
-		log.LogAttrs(ctx, level, "api: call", attrs...)
+	if !s.log.Enabled(ctx, level) {
+		// A success at info, the usual case: no attributes to make.
+		return err
 	}
+	attrs := append(callAttrs(procedure, c), slog.String("subject", c.subject), slog.String("code", code),
+		slog.Duration("duration", time.Since(start)))
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	s.log.LogAttrs(ctx, level, "api: call", attrs...)
 	return err
+}
+
+// callAttrs are the attributes of every line about a call: its procedure
+// and, once known, its tenant; room is left for the call's line.
+func callAttrs(procedure string, c *call) []slog.Attr {
+	attrs := make([]slog.Attr, 1, 8)
+	attrs[0] = slog.String("procedure", procedure)
+	if c.tenant != "" {
+		attrs = append(attrs, slog.String("tenant", c.tenant))
+	}
+	return attrs
 }
 
 // overRate reports whether err is the rate limiter's refusal.
 func overRate(err error) bool {
-	var ex *tenancy.ExhaustedError
-	return errors.As(err, &ex) && ex.Resource == tenancy.ResourceRequests
+	ex, ok := errors.AsType[*tenancy.ExhaustedError](err)
+	return ok && ex.Resource == tenancy.ResourceRequests
 }
 
 // authenticate verifies the Bearer token, unless the rate gate did, and
