@@ -10,6 +10,13 @@
 // (protovalidate). Handlers then act on the tenant of the verified token
 // and nothing else; only Admin calls name tenants in their requests.
 //
+// In front of the tenants' services, before Connect reads a request's body,
+// the rate gate (refuse.go) authenticates, authorizes and admits the call
+// from its headers: a tenant past its request rate is refused there, with
+// the error, telemetry and log line the chain would have given it, and
+// every other call goes on to the chain with what the gate found, so that
+// each call is verified and takes a token of its rate once.
+//
 // Domain errors (store sentinels, tenancy errors) become Connect codes in
 // exactly one function, connectError; anything it does not know becomes
 // Internal with a generic message, its detail only logged.
