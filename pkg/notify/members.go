@@ -1,0 +1,433 @@
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/validate"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	hintsv1 "github.com/orchardhq/orchard/proto/orchard/hints/v1"
+	"github.com/orchardhq/orchard/proto/orchard/hints/v1/hintsv1connect"
+)
+
+// MembersConfig configures a Members notifier.
+type MembersConfig struct {
+	// Address is where the other processes reach this process's Handler:
+	// host:port (plain HTTP) or a URL.
+	Address string
+	// Waits are the kinds of hints this process has waiters for (an API:
+	// Tasks and Ended; a dispatcher: Orchestrations). Others send it only
+	// those.
+	Waits []Kind
+	// Key authenticates the calls between members; every process of a
+	// deployment has the same, at least 16 bytes.
+	Key []byte
+	// Heartbeat is how often a process renews its membership and reads the
+	// others'; a membership not renewed for three heartbeats has ended.
+	// Default 2 s.
+	Heartbeat time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Members carries hints between processes where the database has no
+// LISTEN/NOTIFY (CockroachDB): each process registers in the table
+// hint_members (its address, the kinds it waits for, an expiry it renews
+// every heartbeat) and sends the others hints with a Connect call, served
+// by their Handler. Within this process it works like Local.
+//
+// Notify delivers in this process at once and queues for the others the
+// hints that woke no one here (and every Ended hint), as Postgres does.
+// One goroutine sends the queue in batches, each batch to every live
+// member that waits for its kinds, through a sender per member with a
+// bounded backlog, so that a slow or dead member delays no other. Every
+// member gets the batch: a worker's poll or a client's WaitForCompletion
+// reaches whichever API process its load balancer picked, and every
+// dispatcher claims for every tenant, so no process can tell which member's
+// waiter a hint is for. A hint that wakes a waiter for work another process
+// took costs that waiter one empty query; a hint lost (a full backlog, a
+// member gone) costs a poll interval, never work.
+type Members struct {
+	*Local
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	id      string
+	address string
+	waits   int64
+	token   string
+	beat    time.Duration
+	client  *http.Client
+	out     chan Topic
+
+	mu    sync.Mutex
+	peers map[string]*member
+
+	sent, received, failed, dropped atomic.Int64
+
+	// ctx lives until Close: the members' senders run on it.
+	ctx  context.Context
+	stop context.CancelFunc
+	done sync.WaitGroup
+}
+
+// member is another live process, and the sender of its hints.
+type member struct {
+	address string
+	waits   int64
+	client  hintsv1connect.HintServiceClient
+	in      chan []*hintsv1.Hint
+	stop    context.CancelFunc
+	// failing is set while calls to it fail, so that a dead member is
+	// logged once, not once per batch.
+	failing bool
+}
+
+const (
+	// memberBacklog bounds the batches waiting for one member.
+	memberBacklog = 64
+	// hintCallTimeout bounds a Hint call: a hint late by more is worth
+	// no more than the waiter's poll.
+	hintCallTimeout = 2 * time.Second
+	// sweepEvery is how many heartbeats pass between deletes of the rows of
+	// members long gone (every process sweeps; rarely, so they seldom meet).
+	sweepEvery = 30
+	// maxHintRequestBytes bounds a Hint call's body: a batch of maxBatch
+	// hints with ids at their longest.
+	maxHintRequestBytes = 512 << 10
+)
+
+// NewMembers registers this process in hint_members (on pool's database)
+// and starts sending and taking hints. Mount Handler where Address points
+// to; Close stops it and ends the membership.
+func NewMembers(ctx context.Context, pool *pgxpool.Pool, cfg MembersConfig) (*Members, error) {
+	if cfg.Address == "" {
+		return nil, errors.New("hints: members: no address for the other processes to reach this one")
+	}
+	if len(cfg.Key) < 16 {
+		return nil, errors.New("hints: members: the key must be at least 16 bytes")
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var waits int64
+	for _, k := range cfg.Waits {
+		if k < Orchestrations || k > Ended {
+			return nil, fmt.Errorf("hints: members: no kind %d", k)
+		}
+		waits |= 1 << k
+	}
+	id := make([]byte, 8)
+	if _, err := rand.Read(id); err != nil {
+		return nil, err
+	}
+	address := cfg.Address
+	if !strings.Contains(address, "://") {
+		address = "http://" + address
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 2
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	m := &Members{
+		Local: NewLocal(), pool: pool, log: cfg.Logger.With("component", "hints"), id: hex.EncodeToString(id),
+		address: address, waits: waits, token: "Bearer " + hex.EncodeToString(cfg.Key), beat: cfg.Heartbeat,
+		client: &http.Client{Transport: transport, Timeout: hintCallTimeout},
+		out:    make(chan Topic, outBuffer), peers: map[string]*member{}, ctx: runCtx, stop: stop,
+	}
+	// The first heartbeat is the start's: a database without the table or
+	// unreachable fails it here, not silently later.
+	if err := m.heartbeat(ctx); err != nil {
+		stop()
+		return nil, err
+	}
+	m.done.Go(func() { m.beatLoop(runCtx) })
+	m.done.Go(func() { m.send(runCtx) })
+	return m, nil
+}
+
+// ID is this process's member id.
+func (m *Members) ID() string { return m.id }
+
+// MembersStats counts hints between processes.
+type MembersStats struct {
+	// Sent and Received count hints (a Tasks hint of count n counts n);
+	// Failed, those whose call failed; Dropped, those not sent because a
+	// queue was full.
+	Sent, Received, Failed, Dropped int64
+}
+
+// Stats is what this process has sent and taken so far.
+func (m *Members) Stats() MembersStats {
+	return MembersStats{Sent: m.sent.Load(), Received: m.received.Load(), Failed: m.failed.Load(), Dropped: m.dropped.Load()}
+}
+
+// Peers is the number of other live members this process sends to.
+func (m *Members) Peers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.peers)
+}
+
+// Notify delivers the hints in this process and queues for the others
+// those that woke no one here.
+func (m *Members) Notify(_ context.Context, topics ...Topic) {
+	for _, t := range m.Local.deliver(topics) {
+		select {
+		case m.out <- t:
+		default:
+			m.dropped.Add(1)
+		}
+	}
+}
+
+// Close stops sending and taking hints and deletes this process's
+// membership, so that the others stop sending to it at their next
+// heartbeat.
+func (m *Members) Close() {
+	m.stop()
+	m.done.Wait()
+	m.mu.Lock()
+	for id, p := range m.peers {
+		p.stop()
+		delete(m.peers, id)
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := m.pool.Exec(ctx, `DELETE FROM hint_members WHERE member_id = $1`, m.id); err != nil {
+		m.log.Warn("hints: could not end the membership; it expires on its own", slog.Any("error", err))
+	}
+}
+
+// beatLoop renews the membership and the list of the others every
+// heartbeat.
+func (m *Members) beatLoop(ctx context.Context) {
+	t := time.NewTicker(m.beat)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := m.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			// The others drop this process once its row expires, and this
+			// process keeps sending to the members it knew.
+			m.log.Warn("hints: heartbeat failed", slog.Any("error", err))
+		}
+		if n%sweepEvery == 0 {
+			if _, err := m.pool.Exec(ctx, `DELETE FROM hint_members WHERE expires_at < now() - INTERVAL '1 hour'`); err != nil && ctx.Err() == nil {
+				m.log.Debug("hints: could not sweep the memberships of processes gone", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// heartbeat renews this process's row and reads the live others'.
+func (m *Members) heartbeat(ctx context.Context) error {
+	ttl := 3 * m.beat
+	if _, err := m.pool.Exec(ctx, `INSERT INTO hint_members (member_id, address, kinds, expires_at)
+VALUES ($1, $2, $3, now() + $4::INT8 * INTERVAL '1 millisecond')
+ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, kinds = excluded.kinds, expires_at = excluded.expires_at`,
+		m.id, m.address, m.waits, ttl.Milliseconds()); err != nil {
+		return fmt.Errorf("hints: register: %w", err)
+	}
+	rows, err := m.pool.Query(ctx, `SELECT member_id, address, kinds FROM hint_members WHERE expires_at > now() AND member_id <> $1`, m.id)
+	if err != nil {
+		return fmt.Errorf("hints: members: %w", err)
+	}
+	type row struct {
+		address string
+		waits   int64
+	}
+	live := map[string]row{}
+	for rows.Next() {
+		var id string
+		var r row
+		if err := rows.Scan(&id, &r.address, &r.waits); err != nil {
+			rows.Close()
+			return fmt.Errorf("hints: members: %w", err)
+		}
+		live[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("hints: members: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, p := range m.peers {
+		if r, ok := live[id]; !ok || r.address != p.address {
+			p.stop()
+			delete(m.peers, id)
+		} else {
+			p.waits = r.waits
+		}
+	}
+	for id, r := range live {
+		if _, ok := m.peers[id]; ok {
+			continue
+		}
+		pctx, stop := context.WithCancel(m.ctx)
+		p := &member{
+			address: r.address, waits: r.waits, stop: stop, in: make(chan []*hintsv1.Hint, memberBacklog),
+			client: hintsv1connect.NewHintServiceClient(m.client, r.address),
+		}
+		m.peers[id] = p
+		m.done.Go(func() { m.deliverTo(context.WithoutCancel(pctx), pctx, id, p) })
+	}
+	return nil
+}
+
+// send batches the queued hints and hands each batch to the members that
+// wait for its kinds.
+func (m *Members) send(ctx context.Context) {
+	for {
+		var batch []Topic
+		select {
+		case t := <-m.out:
+			batch = append(batch, t)
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case t := <-m.out:
+				batch = append(batch, t)
+			default:
+				break more
+			}
+		}
+		hints := encodeHints(batch)
+		m.mu.Lock()
+		for _, p := range m.peers {
+			var mine []*hintsv1.Hint
+			for _, h := range hints {
+				if p.waits&(1<<h.GetKind()) != 0 {
+					mine = append(mine, h)
+				}
+			}
+			if len(mine) == 0 {
+				continue
+			}
+			select {
+			case p.in <- mine:
+			default:
+				m.dropped.Add(int64(countHints(mine)))
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// encodeHints folds a batch into one hint per topic, each with the count
+// of its repeats for Tasks (a task each wakes a poll) and 1 for the rest.
+func encodeHints(batch []Topic) []*hintsv1.Hint {
+	byTopic := make(map[Topic]*hintsv1.Hint, len(batch))
+	var out []*hintsv1.Hint
+	for _, t := range batch {
+		if h := byTopic[t]; h != nil {
+			if t.Kind == Tasks {
+				h.Count++
+			}
+			continue
+		}
+		h := &hintsv1.Hint{Kind: hintsv1.Kind(t.Kind), TenantId: t.TenantID, Key: t.Key, Count: 1}
+		byTopic[t] = h
+		out = append(out, h)
+	}
+	return out
+}
+
+func countHints(hints []*hintsv1.Hint) int {
+	n := 0
+	for _, h := range hints {
+		n += int(max(h.GetCount(), 1))
+	}
+	return n
+}
+
+// deliverTo sends one member its batches until it leaves (stopped).
+// callCtx carries no cancel of the member's, so that a call in flight when
+// the member leaves ends by its timeout, not half-written.
+func (m *Members) deliverTo(callCtx, stopped context.Context, id string, p *member) {
+	for {
+		var hints []*hintsv1.Hint
+		select {
+		case hints = <-p.in:
+		case <-stopped.Done():
+			return
+		}
+		req := connect.NewRequest(&hintsv1.HintRequest{Origin: m.id, Hints: hints})
+		req.Header().Set("Authorization", m.token)
+		_, err := p.client.Hint(callCtx, req)
+		switch {
+		case err != nil && stopped.Err() != nil:
+			return
+		case err != nil:
+			m.failed.Add(int64(countHints(hints)))
+			if !p.failing {
+				m.log.Warn("hints: a member does not take hints; its waiters will poll", slog.String("member", id),
+					slog.String("address", p.address), slog.Any("error", err))
+			}
+			p.failing = true
+		default:
+			if p.failing {
+				m.log.Info("hints: a member takes hints again", slog.String("member", id))
+			}
+			p.failing = false
+			m.sent.Add(int64(countHints(hints)))
+		}
+	}
+}
+
+// Handler serves the HintService: other members' hints, for this
+// process's waiters. Mount it on the path returned where Address points. A
+// call without the deployment's key is refused before its body is read.
+func (m *Members) Handler() (string, http.Handler) {
+	path, h := hintsv1connect.NewHintServiceHandler(hintReceiver{m},
+		connect.WithInterceptors(validate.NewInterceptor()),
+		connect.WithReadMaxBytes(maxHintRequestBytes))
+	errs := connect.NewErrorWriter()
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(m.token)) != 1 {
+			_ = errs.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New("hints: not a member of this deployment")))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type hintReceiver struct{ m *Members }
+
+// Hint delivers another member's hints to this process's waiters, and to
+// no other process: a hint crosses between processes once.
+func (r hintReceiver) Hint(ctx context.Context, req *connect.Request[hintsv1.HintRequest]) (*connect.Response[hintsv1.HintResponse], error) {
+	if req.Msg.GetOrigin() == r.m.id {
+		return connect.NewResponse(&hintsv1.HintResponse{}), nil
+	}
+	var topics []Topic
+	for _, h := range req.Msg.GetHints() {
+		t := Topic{Kind: Kind(h.GetKind()), TenantID: h.GetTenantId(), Key: h.GetKey()}
+		for range max(h.GetCount(), 1) {
+			topics = append(topics, t)
+		}
+	}
+	r.m.received.Add(int64(len(topics)))
+	r.m.Local.Notify(ctx, topics...)
+	return connect.NewResponse(&hintsv1.HintResponse{}), nil
+}
