@@ -27,7 +27,8 @@ func apiCommand() *cobra.Command {
 	var (
 		listen, databaseURL, opsAddr           string
 		publicKeyFile, jwksURL, signingKeyFile string
-		issuer, audience, secret, hints        string
+		issuer, audience, secret               string
+		hints                                  hintsFlags
 		algorithms                             []string
 		maxMessageBytes, dispatcherLoops       int
 		callsInFlight                          int
@@ -108,7 +109,18 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 				return err
 			}
 			defer pool.Close()
-			stopOps, err := serveOps(tel, opsAddr, pool)
+			// An API waits for tasks and ends; its dispatcher loops, if
+			// any, for orchestrations.
+			waits := []notify.Kind{notify.Tasks, notify.Ended}
+			if dispatcherLoops > 0 {
+				waits = append(waits, notify.Orchestrations)
+			}
+			hinted, err := openHints(ctx, tel, pool, hints, opsAddr, waits...)
+			if err != nil {
+				return err
+			}
+			defer hinted.close()
+			stopOps, err := serveOps(tel, opsAddr, pool, hinted.receiver...)
 			if err != nil {
 				return err
 			}
@@ -119,25 +131,20 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 			if withConsole {
 				cons = console.New(console.Config{})
 			}
-			notifier, closeHints, err := openHints(ctx, pool, hints)
-			if err != nil {
-				return err
-			}
-			defer closeHints()
 			cfg := api.Config{
-				Store: st, Notifier: notifier, Verifier: verifier, Minter: minter, Addr: listen,
+				Store: st, Notifier: hinted, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
 				CallShare: tenancy.NewFairShare(callsInFlight, api.DefaultCallsWaiting),
 			}
 			var disp *dispatcher.Dispatcher
 			if dispatcherLoops > 0 {
-				if disp, err = colocatedDispatcher(tel, st, notifier, hints, dispatcherLoops, &cfg); err != nil {
+				if disp, err = colocatedDispatcher(tel, st, hinted, hints.mode != "off", dispatcherLoops, &cfg); err != nil {
 					return err
 				}
 			}
 			// Local hints reach this process's own dispatcher loops only.
-			if hints == "postgres" || hints == "local" && disp != nil {
+			if hints.acrossProcesses() || hints.mode == "local" && disp != nil {
 				hintedPolls(&cfg)
 			}
 			srv, err := api.New(cfg)
@@ -171,7 +178,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", envString("ORCHARD_API_ADDR", ":8080"), "listen address (env ORCHARD_API_ADDR)")
 	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", apiOpsAddr), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
-	addHintsFlag(f, &hints)
+	addHintsFlags(f, &hints)
 	f.StringVar(&databaseURL, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&publicKeyFile, "jwt-public-key-file", envString("ORCHARD_JWT_PUBLIC_KEY_FILE", ""),
 		"PEM file of the public keys that verify tokens (env ORCHARD_JWT_PUBLIC_KEY_FILE)")
@@ -225,7 +232,7 @@ const longPollConns = 8
 // comes within 100 ms of a query that found its queue empty skips its own
 // query, as in ` + "`orchard dev`" + `: the tasks no hint announces (a retry's
 // after its delay) are found that much later at most.
-func colocatedDispatcher(tel *telemetry.Telemetry, st store.Store, notifier notify.Notifier, hints string, loops int, cfg *api.Config) (*dispatcher.Dispatcher, error) {
+func colocatedDispatcher(tel *telemetry.Telemetry, st store.Store, notifier notify.Notifier, hinted bool, loops int, cfg *api.Config) (*dispatcher.Dispatcher, error) {
 	metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
 	if err != nil {
 		return nil, err
@@ -233,7 +240,7 @@ func colocatedDispatcher(tel *telemetry.Telemetry, st store.Store, notifier noti
 	cfg.Handoff = notify.NewHandoff(100 * time.Millisecond)
 	dcfg := dispatcher.Config{Store: st, Notifier: notifier, Handoff: cfg.Handoff, Loops: loops,
 		TracerProvider: tel.TracerProvider, Metrics: metrics}
-	if hints != "off" {
+	if hinted {
 		hintedDispatcherPolls(&dcfg)
 	}
 	return dispatcher.New(dcfg)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -38,10 +39,11 @@ const (
 
 func devCommand() *cobra.Command {
 	var (
-		dir, listen, opsAddr, hints string
-		port, loops                 int
-		fresh, demo, printTokens    bool
-		janitorInterval             time.Duration
+		dir, listen, opsAddr     string
+		hints                    hintsFlags
+		port, loops              int
+		fresh, demo, printTokens bool
+		janitorInterval          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -71,7 +73,7 @@ included; the database keeps its port from one run to the next.`,
 	f.IntVar(&port, "db-port", 0, "port of the embedded PostgreSQL (0: the one it had last time, else a free one)")
 	f.BoolVar(&printTokens, "print-tokens", false, "print the demo tenant's tokens in full (they are always in --dir/tokens)")
 	f.IntVar(&loops, "loops", 4, "dispatcher loops")
-	addHintsFlag(f, &hints)
+	addHintsFlags(f, &hints)
 	f.BoolVar(&fresh, "fresh", false, "wipe the embedded database, keys and tokens first")
 	f.DurationVar(&janitorInterval, "janitor-interval", time.Minute, "how often the janitor queues retention runs")
 	f.BoolVar(&demo, "demo", false, "register the example definitions, run demo workers and start a few orchestrations")
@@ -79,10 +81,11 @@ included; the database keeps its port from one run to the next.`,
 }
 
 type devOptions struct {
-	dir, listen, opsAddr, hints string
-	port, loops                 int
-	fresh, demo, printTokens    bool
-	janitorInterval             time.Duration
+	dir, listen, opsAddr     string
+	hints                    hintsFlags
+	port, loops              int
+	fresh, demo, printTokens bool
+	janitorInterval          time.Duration
 }
 
 func runDev(ctx context.Context, out io.Writer, o devOptions) error {
@@ -166,11 +169,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	// With --hints local (the default) the API and the dispatchers share
 	// hints in this process: a scheduled task reaches a waiting poll, a queued message an
 	// idle dispatcher loop, an ended instance its WaitForCompletion, at once.
-	hints, closeHints, err := openHints(ctx, pool, o.hints)
+	hints, err := openHints(ctx, tel, pool, o.hints, o.opsAddr, notify.Orchestrations, notify.Tasks, notify.Ended)
 	if err != nil {
 		return err
 	}
-	defer closeHints()
+	defer hints.close()
 	apiCfg := api.Config{
 		Store: st, Notifier: hints, Verifier: verifier, Minter: minter, Addr: o.listen, TokenKey: deriveKey(secret, "api-tokens"),
 		TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons, EraseGrace: 5 * time.Second,
@@ -180,11 +183,11 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	}
 	// The API and the dispatcher share a process: an ack hands the tasks
 	// it schedules to the polls waiting here, with no claim.
-	disp, err := colocatedDispatcher(tel, crdb.New(loopsPool, crdb.Options{}), hints, o.hints, o.loops, &apiCfg)
+	disp, err := colocatedDispatcher(tel, crdb.New(loopsPool, crdb.Options{}), hints, o.hints.mode != "off", o.loops, &apiCfg)
 	if err != nil {
 		return err
 	}
-	if o.hints != "off" {
+	if o.hints.mode != "off" {
 		hintedPolls(&apiCfg)
 	}
 	apiSrv, err := api.New(apiCfg)
@@ -217,7 +220,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 		return stopErr
 	}
 	defer stopServices()
-	stopOps, opsURL, err := serveDevOps(tel, o.opsAddr, pool)
+	stopOps, opsURL, err := serveDevOps(tel, o.opsAddr, pool, hints.receiver...)
 	if err != nil {
 		return err
 	}
@@ -247,8 +250,8 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 }
 
 // serveDevOps serves the ops endpoint and returns its URL (empty: none).
-func serveDevOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), url string, err error) {
-	stop, err = serveOps(tel, addr, pool)
+func serveDevOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool, routes ...opsRoute) (stop func(), url string, err error) {
+	stop, err = serveOps(tel, addr, pool, routes...)
 	if err != nil || addr == "" {
 		return stop, "", err
 	}

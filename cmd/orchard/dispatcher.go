@@ -13,15 +13,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orchardhq/orchard/internal/telemetry"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 func dispatcherCommand() *cobra.Command {
 	var (
-		url, opsAddr, tenant, hints string
-		loops, batch                int
-		lease, drain                time.Duration
+		url, opsAddr, tenant string
+		hints                hintsFlags
+		loops, batch         int
+		lease, drain         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -52,24 +54,24 @@ answers 503 from the moment the drain starts.`,
 			if err != nil {
 				return err
 			}
-			notifier, closeHints, err := openHints(ctx, pool, hints)
+			hinted, err := openHints(ctx, tel, pool, hints, opsAddr, notify.Orchestrations)
 			if err != nil {
 				return err
 			}
-			defer closeHints()
+			defer hinted.close()
 			cfg := dispatcher.Config{
-				Store: crdb.New(pool, crdb.Options{}), Notifier: notifier, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
+				Store: crdb.New(pool, crdb.Options{}), Notifier: hinted, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
 				TracerProvider: tel.TracerProvider, Metrics: metrics,
 			}
 			// Local hints stay in this process, which runs no API.
-			if hints == "postgres" {
+			if hints.acrossProcesses() {
 				hintedDispatcherPolls(&cfg)
 			}
 			d, err := dispatcher.New(cfg)
 			if err != nil {
 				return err
 			}
-			stopOps, err := serveOps(tel, opsAddr, pool)
+			stopOps, err := serveOps(tel, opsAddr, pool, hinted.receiver...)
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ answers 503 from the moment the drain starts.`,
 	f := cmd.Flags()
 	f.StringVar(&url, "database-url", envString("ORCHARD_DATABASE_URL", ""), "database URL (env ORCHARD_DATABASE_URL)")
 	f.StringVar(&opsAddr, "ops-addr", envString("ORCHARD_OPS_ADDR", dispatcherOpsAddr), "address of /metrics, /livez and /readyz (env ORCHARD_OPS_ADDR; empty: none)")
-	addHintsFlag(f, &hints)
+	addHintsFlags(f, &hints)
 	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
 	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
 	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", 8), "instances per fetch and per ack (env ORCHARD_DISPATCHER_BATCH)")
@@ -130,9 +132,15 @@ const (
 // endpoint of every server command.
 const pprofEnv = "ORCHARD_PPROF"
 
+// opsRoute is a handler the ops endpoint serves beside its own.
+type opsRoute struct {
+	path    string
+	handler http.Handler
+}
+
 // serveOps serves /metrics, /livez and /readyz (not draining, and the
-// database answers) on addr.
-func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop func(), err error) {
+// database answers) on addr, and the routes given.
+func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool, routes ...opsRoute) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -141,7 +149,16 @@ func serveOps(tel *telemetry.Telemetry, addr string, pool *pgxpool.Pool) (stop f
 		return nil, fmt.Errorf("ops endpoint: %w", err)
 	}
 	tel.Profiles = envBool(pprofEnv, false)
-	srv := &http.Server{Handler: tel.OpsHandler(pool.Ping), ReadHeaderTimeout: 5 * time.Second}
+	handler := tel.OpsHandler(pool.Ping)
+	if len(routes) > 0 {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		for _, r := range routes {
+			mux.Handle(r.path, r.handler)
+		}
+		handler = mux
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("ops endpoint stopped", "error", err)

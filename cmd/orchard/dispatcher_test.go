@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -42,13 +41,7 @@ func TestDispatcherCommand(t *testing.T) {
 
 	ops := freeAddr(t)
 	cmdCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		root := rootCommand()
-		root.SetArgs([]string{"dispatcher", "--database-url", url, "--ops-addr", ops, "--loops", "2"})
-		root.SetOut(io.Discard)
-		done <- root.ExecuteContext(cmdCtx)
-	}()
+	done := runCommand(cmdCtx, "dispatcher", "--database-url", url, "--ops-addr", ops, "--loops", "2")
 
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + ops + path)
@@ -70,18 +63,12 @@ func TestDispatcherCommand(t *testing.T) {
 	}
 	// The turn is counted just after its ack commits.
 	eventuallyCLI(t, "the completed turn in /metrics", func() bool {
-		code, metrics := get("/metrics")
-		require.Equal(t, http.StatusOK, code)
-		return strings.Contains(metrics, `orchard_dispatcher_turns_total{`) && strings.Contains(metrics, `outcome="Completed"`)
+		body := metrics(t, ops)
+		return strings.Contains(body, `orchard_dispatcher_turns_total{`) && strings.Contains(body, `outcome="Completed"`)
 	})
 
 	stop()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the dispatcher did not stop")
-	}
+	stopped(t, done, "the dispatcher")
 }
 
 // oneActivityTenant makes a tenant with the definition "one" (version 1):

@@ -5,23 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
+	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/schema"
 	"github.com/orchardhq/orchard/services/api"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
-// addHintsFlag adds --hints: how the API and the dispatchers tell each other
-// that work waits (see package notify).
-func addHintsFlag(f *pflag.FlagSet, mode *string) {
-	f.StringVar(mode, "hints", envString("ORCHARD_HINTS", "local"),
-		"hints of waiting work: off (every wait polls), local (within this process) or postgres (LISTEN/NOTIFY between processes; PostgreSQL only) (env ORCHARD_HINTS)")
+// hintsFlags are --hints (how the API and the dispatchers tell each other
+// that work waits, see package notify) and, for --hints members, where this
+// process takes the others' hints and the secret they share.
+type hintsFlags struct {
+	mode, address, secret string
 }
+
+func addHintsFlags(f *pflag.FlagSet, h *hintsFlags) {
+	f.StringVar(&h.mode, "hints", envString("ORCHARD_HINTS", "local"),
+		"hints of waiting work: off (every wait polls), local (within this process), postgres (LISTEN/NOTIFY between processes; PostgreSQL only) or members (calls between the processes, which register in the database; any database) (env ORCHARD_HINTS)")
+	f.StringVar(&h.address, "hints-address", envString("ORCHARD_HINTS_ADDRESS", ""),
+		"with --hints members: host:port where the other processes reach this one's ops endpoint (env ORCHARD_HINTS_ADDRESS; empty: this host's name and the --ops-addr port)")
+	f.StringVar(&h.secret, "hints-secret", envString("ORCHARD_HINTS_SECRET", ""),
+		"with --hints members: the secret every process of the deployment shares (env ORCHARD_HINTS_SECRET)")
+}
+
+// acrossProcesses reports whether the hints reach other processes.
+func (h hintsFlags) acrossProcesses() bool { return h.mode == "postgres" || h.mode == "members" }
 
 // hintedPolls sets the API's long-poll waits for when the dispatchers'
 // hints reach the API (orchard dev with hints on, or --hints postgres): a
@@ -45,27 +60,76 @@ func hintedDispatcherPolls(cfg *dispatcher.Config) {
 	cfg.Hinted = true
 }
 
-// openHints returns the notifier --hints names, and what closes it.
-func openHints(ctx context.Context, pool *pgxpool.Pool, mode string) (notify.Notifier, func(), error) {
-	switch mode {
+// hints is what --hints opened: the notifier, what closes it, and for
+// --hints members the receiver of the other processes' hints, which the ops
+// endpoint serves.
+type hints struct {
+	notify.Notifier
+	close    func()
+	receiver []opsRoute
+}
+
+// openHints opens the notifier --hints names. waits are the kinds of hints
+// this process has waiters for; opsAddr is where its ops endpoint listens.
+func openHints(ctx context.Context, tel *telemetry.Telemetry, pool *pgxpool.Pool, h hintsFlags, opsAddr string, waits ...notify.Kind) (hints, error) {
+	none := func() {}
+	switch h.mode {
 	case "off":
-		return notify.Off{}, func() {}, nil
+		return hints{Notifier: notify.Off{}, close: none}, nil
 	case "local":
-		return notify.NewLocal(), func() {}, nil
+		return hints{Notifier: notify.NewLocal(), close: none}, nil
 	case "postgres":
 		cockroach, err := schema.IsCockroach(ctx, pool)
 		if err != nil {
-			return nil, nil, err
+			return hints{}, err
 		}
 		if cockroach {
-			return nil, nil, configError{errors.New("--hints postgres: CockroachDB has no LISTEN/NOTIFY; use local")}
+			return hints{}, configError{errors.New("--hints postgres: CockroachDB has no LISTEN/NOTIFY; use members")}
 		}
 		p, err := notify.NewPostgres(ctx, pool, slog.Default())
 		if err != nil {
-			return nil, nil, err
+			return hints{}, err
 		}
-		return p, p.Close, nil
+		return hints{Notifier: p, close: p.Close}, nil
+	case "members":
+		if opsAddr == "" {
+			return hints{}, configError{errors.New("--hints members: the other processes' hints come to the ops endpoint; set --ops-addr")}
+		}
+		if len(h.secret) < 16 {
+			return hints{}, configError{errors.New("--hints members: set --hints-secret (ORCHARD_HINTS_SECRET), at least 16 characters, the same in every process")}
+		}
+		address, err := hintsAddress(h.address, opsAddr)
+		if err != nil {
+			return hints{}, err
+		}
+		m, err := notify.NewMembers(ctx, pool, notify.MembersConfig{
+			Address: address, Waits: waits, Key: deriveKey(h.secret, "hints"), MeterProvider: tel.MeterProvider,
+		})
+		if err != nil {
+			return hints{}, err
+		}
+		path, handler := m.Handler()
+		return hints{Notifier: m, close: m.Close, receiver: []opsRoute{{path, handler}}}, nil
 	default:
-		return nil, nil, configError{fmt.Errorf("--hints (ORCHARD_HINTS): %q is not off, local or postgres", mode)}
+		return hints{}, configError{fmt.Errorf("--hints (ORCHARD_HINTS): %q is not off, local, postgres or members", h.mode)}
 	}
+}
+
+// hintsAddress is where the other processes reach this one's ops endpoint:
+// --hints-address, or the ops endpoint's own host and port, with this
+// host's name for an unspecified host (":9465", "0.0.0.0:9465").
+func hintsAddress(address, opsAddr string) (string, error) {
+	if address != "" {
+		return address, nil
+	}
+	host, port, err := net.SplitHostPort(opsAddr)
+	if err != nil {
+		return "", configError{fmt.Errorf("--ops-addr %q: %w", opsAddr, err)}
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", configError{fmt.Errorf("--hints members: no --hints-address, and no host name: %w", err)}
+		}
+	}
+	return net.JoinHostPort(host, port), nil
 }

@@ -17,6 +17,9 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/validate"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	hintsv1 "github.com/orchardhq/orchard/proto/orchard/hints/v1"
 	"github.com/orchardhq/orchard/proto/orchard/hints/v1/hintsv1connect"
@@ -35,11 +38,17 @@ type MembersConfig struct {
 	// deployment has the same, at least 16 bytes.
 	Key []byte
 	// Heartbeat is how often a process renews its membership and reads the
-	// others'; a membership not renewed for three heartbeats has ended.
-	// Default 2 s.
+	// others'. Default 2 s.
 	Heartbeat time.Duration
+	// Expiry is how long a membership lasts when it is not renewed (the
+	// process died): the others send to a dead member that long at most.
+	// Default three heartbeats.
+	Expiry time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives orchard.hints (hints between processes, by
+	// outcome: sent, received, failed, dropped); default the global one.
+	MeterProvider metric.MeterProvider
 }
 
 // Members carries hints between processes where the database has no
@@ -68,6 +77,7 @@ type Members struct {
 	waits   int64
 	token   string
 	beat    time.Duration
+	expiry  time.Duration
 	client  *http.Client
 	out     chan Topic
 
@@ -75,6 +85,8 @@ type Members struct {
 	peers map[string]*member
 
 	sent, received, failed, dropped atomic.Int64
+
+	unregister metric.Registration
 
 	// ctx lives until Close: the members' senders run on it.
 	ctx  context.Context
@@ -121,8 +133,14 @@ func NewMembers(ctx context.Context, pool *pgxpool.Pool, cfg MembersConfig) (*Me
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 2 * time.Second
 	}
+	if cfg.Expiry <= 0 {
+		cfg.Expiry = 3 * cfg.Heartbeat
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
 	}
 	var waits int64
 	for _, k := range cfg.Waits {
@@ -144,13 +162,18 @@ func NewMembers(ctx context.Context, pool *pgxpool.Pool, cfg MembersConfig) (*Me
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Members{
 		Local: NewLocal(), pool: pool, log: cfg.Logger.With("component", "hints"), id: hex.EncodeToString(id),
-		address: address, waits: waits, token: "Bearer " + hex.EncodeToString(cfg.Key), beat: cfg.Heartbeat,
+		address: address, waits: waits, token: "Bearer " + hex.EncodeToString(cfg.Key), beat: cfg.Heartbeat, expiry: cfg.Expiry,
 		client: &http.Client{Transport: transport, Timeout: hintCallTimeout},
 		out:    make(chan Topic, outBuffer), peers: map[string]*member{}, ctx: runCtx, stop: stop,
+	}
+	if err := m.instrument(cfg.MeterProvider); err != nil {
+		stop()
+		return nil, err
 	}
 	// The first heartbeat is the start's: a database without the table or
 	// unreachable fails it here, not silently later.
 	if err := m.heartbeat(ctx); err != nil {
+		_ = m.unregister.Unregister()
 		stop()
 		return nil, err
 	}
@@ -173,6 +196,29 @@ type MembersStats struct {
 // Stats is what this process has sent and taken so far.
 func (m *Members) Stats() MembersStats {
 	return MembersStats{Sent: m.sent.Load(), Received: m.received.Load(), Failed: m.failed.Load(), Dropped: m.dropped.Load()}
+}
+
+// instrument reports Stats as the counter orchard.hints, by outcome.
+func (m *Members) instrument(mp metric.MeterProvider) error {
+	meter := mp.Meter("github.com/orchardhq/orchard/pkg/notify")
+	hints, err := meter.Int64ObservableCounter("orchard.hints",
+		metric.WithDescription("Hints between processes (--hints members), by outcome: sent, received, failed (the call failed), dropped (a queue was full)."))
+	if err != nil {
+		return err
+	}
+	outcome := func(v string) metric.ObserveOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", v)))
+	}
+	sent, received, failed, dropped := outcome("sent"), outcome("received"), outcome("failed"), outcome("dropped")
+	m.unregister, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := m.Stats()
+		o.ObserveInt64(hints, st.Sent, sent)
+		o.ObserveInt64(hints, st.Received, received)
+		o.ObserveInt64(hints, st.Failed, failed)
+		o.ObserveInt64(hints, st.Dropped, dropped)
+		return nil
+	}, hints)
+	return err
 }
 
 // Peers is the number of other live members this process sends to.
@@ -198,6 +244,7 @@ func (m *Members) Notify(_ context.Context, topics ...Topic) {
 // membership, so that the others stop sending to it at their next
 // heartbeat.
 func (m *Members) Close() {
+	_ = m.unregister.Unregister()
 	m.stop()
 	m.done.Wait()
 	m.mu.Lock()
@@ -224,29 +271,33 @@ func (m *Members) beatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := m.heartbeat(ctx); err != nil && ctx.Err() == nil {
+		// Not cut by Close, which waits for it: a renewal cancelled midway
+		// could still commit after Close's delete of the row.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(m.beat, hintCallTimeout))
+		if err := m.heartbeat(bctx); err != nil {
 			// The others drop this process once its row expires, and this
 			// process keeps sending to the members it knew.
 			m.log.Warn("hints: heartbeat failed", slog.Any("error", err))
 		}
 		if n%sweepEvery == 0 {
-			if _, err := m.pool.Exec(ctx, `DELETE FROM hint_members WHERE expires_at < now() - INTERVAL '1 hour'`); err != nil && ctx.Err() == nil {
+			if _, err := m.pool.Exec(bctx, `DELETE FROM hint_members WHERE expires_at < $1`, time.Now().Add(-time.Hour)); err != nil {
 				m.log.Debug("hints: could not sweep the memberships of processes gone", slog.Any("error", err))
 			}
 		}
+		cancel()
 	}
 }
 
 // heartbeat renews this process's row and reads the live others'.
 func (m *Members) heartbeat(ctx context.Context) error {
-	ttl := 3 * m.beat
+	now := time.Now()
 	if _, err := m.pool.Exec(ctx, `INSERT INTO hint_members (member_id, address, kinds, expires_at)
-VALUES ($1, $2, $3, now() + $4::INT8 * INTERVAL '1 millisecond')
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, kinds = excluded.kinds, expires_at = excluded.expires_at`,
-		m.id, m.address, m.waits, ttl.Milliseconds()); err != nil {
+		m.id, m.address, m.waits, now.Add(m.expiry)); err != nil {
 		return fmt.Errorf("hints: register: %w", err)
 	}
-	rows, err := m.pool.Query(ctx, `SELECT member_id, address, kinds FROM hint_members WHERE expires_at > now() AND member_id <> $1`, m.id)
+	rows, err := m.pool.Query(ctx, `SELECT member_id, address, kinds FROM hint_members WHERE expires_at > $1 AND member_id <> $2`, now, m.id)
 	if err != nil {
 		return fmt.Errorf("hints: members: %w", err)
 	}
