@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,7 +29,7 @@ func addHintsFlags(f *pflag.FlagSet, h *hintsFlags) {
 	f.StringVar(&h.mode, "hints", envString("ORCHARD_HINTS", "local"),
 		"hints of waiting work: off (every wait polls), local (within this process), postgres (LISTEN/NOTIFY between processes; PostgreSQL only) or members (calls between the processes, which register in the database; any database) (env ORCHARD_HINTS)")
 	f.StringVar(&h.address, "hints-address", envString("ORCHARD_HINTS_ADDRESS", ""),
-		"with --hints members: host:port where the other processes reach this one's ops endpoint (env ORCHARD_HINTS_ADDRESS; empty: this host's name and the --ops-addr port)")
+		"with --hints members: host:port where the other processes reach this one's ops endpoint (env ORCHARD_HINTS_ADDRESS; empty: the --ops-addr host, or if it names none, the address this process reaches the database from, on the --ops-addr port)")
 	f.StringVar(&h.secret, "hints-secret", envString("ORCHARD_HINTS_SECRET", ""),
 		"with --hints members: the secret every process of the deployment shares (env ORCHARD_HINTS_SECRET)")
 }
@@ -98,7 +97,7 @@ func openHints(ctx context.Context, tel *telemetry.Telemetry, pool *pgxpool.Pool
 		if len(h.secret) < 16 {
 			return hints{}, configError{errors.New("--hints members: set --hints-secret (ORCHARD_HINTS_SECRET), at least 16 characters, the same in every process")}
 		}
-		address, err := hintsAddress(h.address, opsAddr)
+		address, err := hintsAddress(ctx, pool, h.address, opsAddr)
 		if err != nil {
 			return hints{}, err
 		}
@@ -116,9 +115,12 @@ func openHints(ctx context.Context, tel *telemetry.Telemetry, pool *pgxpool.Pool
 }
 
 // hintsAddress is where the other processes reach this one's ops endpoint:
-// --hints-address, or the ops endpoint's own host and port, with this
-// host's name for an unspecified host (":9465", "0.0.0.0:9465").
-func hintsAddress(address, opsAddr string) (string, error) {
+// --hints-address; or the ops endpoint's own address when it names a host;
+// or, for an unspecified host (":9465", "0.0.0.0:9465"), the address this
+// process reaches the database from (a pod's IP, in Kubernetes), on the
+// ops port: the members share the database, so they reach each other
+// there too, and nothing per pod needs configuring.
+func hintsAddress(ctx context.Context, pool *pgxpool.Pool, address, opsAddr string) (string, error) {
 	if address != "" {
 		return address, nil
 	}
@@ -126,10 +128,17 @@ func hintsAddress(address, opsAddr string) (string, error) {
 	if err != nil {
 		return "", configError{fmt.Errorf("--ops-addr %q: %w", opsAddr, err)}
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		if host, err = os.Hostname(); err != nil {
-			return "", configError{fmt.Errorf("--hints members: no --hints-address, and no host name: %w", err)}
-		}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return opsAddr, nil
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return "", fmt.Errorf("hints: the address to advertise: %w", err)
+	}
+	defer conn.Release()
+	host = "127.0.0.1" // a Unix socket: the database, and so the members, are on this host
+	if tcp, ok := conn.Conn().PgConn().Conn().LocalAddr().(*net.TCPAddr); ok {
+		host = tcp.IP.String()
 	}
 	return net.JoinHostPort(host, port), nil
 }

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,7 +30,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -233,6 +236,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 	step("%d orchestrations completed (%s)", finishedFirst, time.Since(t).Round(100*time.Millisecond))
+	t = time.Now()
+	if err := checkHints(ctx, client, procs); err != nil {
+		return err
+	}
+	step("hints went between the api and the dispatchers (%s)", time.Since(t).Round(100*time.Millisecond))
 
 	// In flight: their timers run when the SIGTERM comes.
 	flying := map[string]int{}
@@ -268,6 +276,66 @@ func run(ctx context.Context) error {
 	step("after the restart, the %d orchestrations in flight at SIGTERM completed (%s)", inFlight, time.Since(t).Round(100*time.Millisecond))
 	stopWorker()
 	return terminate(procs)
+}
+
+// checkHints waits until the api and a dispatcher have each taken hints
+// from the other processes (the chart's --hints members), as their
+// /metrics count them. The processes learn of each other at their
+// heartbeats, so an orchestration at a time runs until then.
+func checkHints(ctx context.Context, client *sdk.Client, procs []*process) error {
+	deadline := time.Now().Add(time.Minute)
+	for n := 0; ; n++ {
+		var api, dispatchers int
+		for _, p := range procs {
+			got, err := hintsReceived(ctx, p)
+			if err != nil {
+				return err
+			}
+			switch {
+			case p.w.name == "smoke-orchard-api":
+				api += got
+			case p.w.name == "smoke-orchard-dispatcher":
+				dispatchers += got
+			}
+		}
+		if api > 0 && dispatchers > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hints taken after a minute: %d by the api, %d by the dispatchers; want some by each", api, dispatchers)
+		}
+		id, err := client.Start(ctx, "smoke", n, sdk.WithInstanceID(fmt.Sprintf("hinted-%d", n)))
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		if err := waitAll(ctx, client, map[string]int{id: n}); err != nil {
+			return err
+		}
+	}
+}
+
+var hintsReceivedRE = regexp.MustCompile(`(?m)^orchard_hints_total\{[^}]*outcome="received"[^}]*\} (\d+)$`)
+
+// hintsReceived is the count of hints p took from the others.
+func hintsReceived(ctx context.Context, p *process) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.env["ORCHARD_OPS_ADDR"]+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s /metrics: %w", p.name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("%s /metrics: %w", p.name, err)
+	}
+	m := hintsReceivedRE.FindSubmatch(body)
+	if m == nil {
+		return 0, nil
+	}
+	return strconv.Atoi(string(m[1]))
 }
 
 // waitAll waits for every instance to complete with twice its input.

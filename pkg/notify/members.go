@@ -416,12 +416,31 @@ func countHints(hints []*hintsv1.Hint) int {
 // callCtx carries no cancel of the member's, so that a call in flight when
 // the member leaves ends by its timeout, not half-written.
 func (m *Members) deliverTo(callCtx, stopped context.Context, id string, p *member) {
+	var carry []*hintsv1.Hint
 	for {
-		var hints []*hintsv1.Hint
-		select {
-		case hints = <-p.in:
-		case <-stopped.Done():
-			return
+		hints := carry
+		carry = nil
+		if hints == nil {
+			select {
+			case hints = <-p.in:
+			case <-stopped.Done():
+				return
+			}
+		}
+		// What queued while the last call was out goes in this one: under
+		// load the calls carry more hints each, not more calls.
+	more:
+		for {
+			select {
+			case next := <-p.in:
+				if len(hints)+len(next) > maxBatch {
+					carry = next
+					break more
+				}
+				hints = append(hints, next...)
+			default:
+				break more
+			}
 		}
 		req := connect.NewRequest(&hintsv1.HintRequest{Origin: m.id, Hints: hints})
 		req.Header().Set("Authorization", m.token)

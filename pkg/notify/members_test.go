@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -229,4 +230,22 @@ func TestNewMembersRefusesWhatCannotWork(t *testing.T) {
 		_, err := NewMembers(t.Context(), pool, cfg)
 		require.Error(t, err, name)
 	}
+}
+
+// Many hints at once arrive whole: the calls carry up to the most a call
+// may (maxBatch), and what does not fit goes in the next.
+func TestMembersCarryBurstsWhole(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 4)
+	a, _ := openMembers(t, pool, membersKey, Tasks)
+	b, _ := openMembers(t, pool, membersKey, Tasks)
+	peers(t, a, 1)
+	const n = 3*maxBatch + 7
+	for i := range n {
+		a.Notify(context.Background(), Topic{Kind: Tasks, TenantID: "a", Key: fmt.Sprint(i)})
+	}
+	testwait.Until(t, 30*time.Second, "every hint", func() bool { return b.Stats().Received == n })
+	testwait.Until(t, 30*time.Second, "every call answered", func() bool { return a.Stats().Sent == n })
+	require.Zero(t, a.Stats().Failed)
+	require.Zero(t, a.Stats().Dropped)
 }

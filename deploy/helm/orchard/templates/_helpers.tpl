@@ -94,6 +94,20 @@ password, River's URL. */}}
 {{- end }}
 {{- end }}
 
+{{/* The hints between the api and dispatcher pods (values: hints), as a
+YAML list of env entries. */}}
+{{- define "orchard.hintsEnv" -}}
+- name: ORCHARD_HINTS
+  value: {{ .Values.hints.mode | quote }}
+{{- if eq .Values.hints.mode "members" }}
+- name: ORCHARD_HINTS_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ default (printf "%s-hints" (include "orchard.fullname" .)) .Values.hints.secret.name | quote }}
+      key: {{ .Values.hints.secret.key | quote }}
+{{- end }}
+{{- end }}
+
 {{- define "orchard.riverEnv" -}}
 {{- with .Values.river.urlSecret.name }}
 - name: ORCHARD_RIVER_DATABASE_URL
