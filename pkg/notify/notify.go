@@ -10,9 +10,11 @@
 // behind it.
 //
 // Off carries nothing. Local (the commands' default) is the in-process
-// notifier (orchard dev, or an API and a dispatcher in one process). Postgres carries hints across processes with
-// LISTEN/NOTIFY, for PostgreSQL deployments and tests; CockroachDB has no
-// LISTEN/NOTIFY (see the package README for the design there).
+// notifier (orchard dev, or an API and a dispatcher in one process).
+// Postgres carries hints across processes with LISTEN/NOTIFY, for
+// PostgreSQL only; Members, with Connect calls between the processes,
+// which register in the database, for any database (CockroachDB has no
+// LISTEN/NOTIFY). The package README says how each works and what it costs.
 package notify
 
 import (
