@@ -94,6 +94,28 @@ password, River's URL. */}}
 {{- end }}
 {{- end }}
 
+{{/* A Secret of one random value under key, kept across upgrades (lookup)
+and uninstalls (resource-policy keep), made once otherwise.
+Arguments: "root" ., "name", "key". */}}
+{{- define "orchard.keptSecret" -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .name -}}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "orchard.labels" .root | nindent 4 }}
+  annotations:
+    helm.sh/resource-policy: keep
+type: Opaque
+data:
+  {{- if and $existing $existing.data (index $existing.data .key) }}
+  {{ .key }}: {{ index $existing.data .key }}
+  {{- else }}
+  {{ .key }}: {{ randAlphaNum 48 | b64enc }}
+  {{- end }}
+{{- end }}
+
 {{/* The hints between the api and dispatcher pods (values: hints), as a
 YAML list of env entries. */}}
 {{- define "orchard.hintsEnv" -}}
