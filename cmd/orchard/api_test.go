@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/sdk"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
@@ -214,4 +216,30 @@ func received(t *testing.T, addr string) int {
 	n, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
 	return n
+}
+
+// The address a member advertises: the one given, the ops address when it
+// names a host, or the address it reaches the database from.
+func TestHintsAddress(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 1)
+	for _, c := range []struct{ address, ops, want string }{
+		{"pod.example:9465", ":9465", "pod.example:9465"},
+		{"", "10.0.0.7:9464", "10.0.0.7:9464"},
+	} {
+		got, err := hintsAddress(t.Context(), pool, c.address, c.ops)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "%+v", c)
+	}
+	for _, ops := range []string{":9465", "0.0.0.0:9465"} {
+		got, err := hintsAddress(t.Context(), pool, "", ops)
+		require.NoError(t, err)
+		host, port, err := net.SplitHostPort(got)
+		require.NoError(t, err)
+		ip := net.ParseIP(host)
+		require.True(t, ip != nil && !ip.IsUnspecified(), "%s: the address of a connection to the database", got)
+		require.Equal(t, "9465", port)
+	}
+	_, err := hintsAddress(t.Context(), pool, "", "no port")
+	require.ErrorContains(t, err, "--ops-addr")
 }

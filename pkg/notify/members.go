@@ -313,7 +313,9 @@ ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, kinds = exclud
 			rows.Close()
 			return fmt.Errorf("hints: members: %w", err)
 		}
-		live[id] = r
+		if r.address != m.address { // an earlier run of this process, not yet expired
+			live[id] = r
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("hints: members: %w", err)
