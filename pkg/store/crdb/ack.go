@@ -279,11 +279,12 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			events = append(events, eventRow{instanceID: id, executionID: exec, eventID: ev.EventID, kind: ev.Kind, payload: ev.Payload})
 		}
 	}
+	turnInstanceIDs := column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID })
+	turnTokens := uuidArray(column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.Token }))
+	turnExecutionIDs := column(turns, func(t *store.AckOrchestrationItemParams) int64 { return t.ExecutionID })
 	args := func(more namedArgs) namedArgs {
 		more["tenant_id"], more["now"] = tenant, now
-		more["turn_instance_ids"] = column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID })
-		more["turn_tokens"] = column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.Token })
-		more["turn_execution_ids"] = column(turns, func(t *store.AckOrchestrationItemParams) int64 { return t.ExecutionID })
+		more["turn_instance_ids"], more["turn_tokens"], more["turn_execution_ids"] = turnInstanceIDs, turnTokens, turnExecutionIDs
 		return more
 	}
 
@@ -386,7 +387,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		"turn_current_execution_ids": column(outcomes, func(o outcome) int64 { return o.currentExecution }),
 		"turn_new_executions":        column(outcomes, func(o outcome) int64 { return o.newExecutions }),
 		"consumed_instance_ids":      column(consumed, func(r consumedRow) string { return r.instanceID }),
-		"consumed_message_ids":       column(consumed, func(r consumedRow) string { return r.messageID }),
+		"consumed_message_ids":       uuidArray(column(consumed, func(r consumedRow) string { return r.messageID })),
 		"event_instance_ids":         column(events, func(r eventRow) string { return r.instanceID }),
 		"event_execution_ids":        column(events, func(r eventRow) int64 { return r.executionID }),
 		"event_ids":                  column(events, func(r eventRow) int64 { return r.eventID }),
@@ -403,7 +404,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 	if len(ended) == 0 {
 		return queued, 0
 	}
-	b.Queue(sqlAckDropEnded, namedArgs{"tenant_id": tenant, "now": now, "ended_instance_ids": ended, "ended_tokens": endedTokens})
+	b.Queue(sqlAckDropEnded, namedArgs{"tenant_id": tenant, "now": now, "ended_instance_ids": ended, "ended_tokens": uuidArray(endedTokens)})
 	return queued, 1
 }
 

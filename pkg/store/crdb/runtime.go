@@ -593,7 +593,7 @@ func (s *Store) consumeZombies(ctx context.Context, lease store.OrchestrationLea
 	}
 	return s.retry(ctx, func(ctx context.Context) error {
 		_, err := s.pool.Exec(ctx, sqlConsumeZombies, namedArgs{
-			"tenant_id": lease.TenantID, "instance_id": lease.InstanceID, "ids": ids, "token": lease.Token})
+			"tenant_id": lease.TenantID, "instance_id": lease.InstanceID, "ids": uuidArray(ids), "token": lease.Token})
 		return err
 	})
 }

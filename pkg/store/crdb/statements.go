@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The store's statements live whole, one per name, in sql/*.sql: a line
@@ -175,6 +176,20 @@ func column[R, V any](rows []R, value func(R) V) []V {
 	out := make([]V, len(rows))
 	for i, r := range rows {
 		out[i] = value(r)
+	}
+	return out
+}
+
+// uuidArray is the UUIDs ss as an array parameter. pgx sends a Go string
+// for a scalar UUID parameter as text, but tries a []string for a UUID[]
+// in binary first, which fails and formats an error naming every element,
+// then sends it as text: on the ack of a batch of turns that cost more than
+// the parameters themselves. A string that is not a UUID is NULL, which no
+// row's UUID equals.
+func uuidArray(ss []string) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ss))
+	for i, s := range ss {
+		_ = out[i].Scan(s)
 	}
 	return out
 }

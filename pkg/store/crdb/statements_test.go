@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
@@ -68,4 +70,18 @@ SELECT @a::INT8 + @b::INT8, @a::INT8, '@c'`
 	require.ErrorContains(t, err, "y")
 	_, err = pool.Exec(ctx, `SELECT @x::INT8, @z::INT8`, namedArgs{"x": 1})
 	require.ErrorContains(t, err, "z")
+}
+
+// UUID arrays go to pgx as UUIDs, which it encodes in binary at once; a
+// string that is no UUID is NULL.
+func TestUUIDArray(t *testing.T) {
+	t.Parallel()
+	got := uuidArray([]string{"0b3a1c2e-8f4d-4c1a-9b7e-2d5f6a7b8c9d", "not a uuid", ""})
+	require.Len(t, got, 3)
+	require.True(t, got[0].Valid)
+	require.Equal(t, "0b3a1c2e-8f4d-4c1a-9b7e-2d5f6a7b8c9d", uuid.UUID(got[0].Bytes).String())
+	require.False(t, got[1].Valid)
+	require.False(t, got[2].Valid)
+	_, err := pgtype.NewMap().Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, got, nil)
+	require.NoError(t, err)
 }
