@@ -349,21 +349,9 @@ ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, kinds = exclud
 // wait for its kinds.
 func (m *Members) send(ctx context.Context) {
 	for {
-		var batch []Topic
-		select {
-		case t := <-m.out:
-			batch = append(batch, t)
-		case <-ctx.Done():
+		batch, ok := nextBatch(ctx, m.out)
+		if !ok {
 			return
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case t := <-m.out:
-				batch = append(batch, t)
-			default:
-				break more
-			}
 		}
 		hints := encodeHints(batch)
 		m.mu.Lock()
@@ -387,21 +375,12 @@ func (m *Members) send(ctx context.Context) {
 	}
 }
 
-// encodeHints folds a batch into one hint per topic, each with the count
-// of its repeats for Tasks (a task each wakes a poll) and 1 for the rest.
+// encodeHints encodes a batch, a hint per topic with its count.
 func encodeHints(batch []Topic) []*hintsv1.Hint {
-	byTopic := make(map[Topic]*hintsv1.Hint, len(batch))
-	var out []*hintsv1.Hint
-	for _, t := range batch {
-		if h := byTopic[t]; h != nil {
-			if t.Kind == Tasks {
-				h.Count++
-			}
-			continue
-		}
-		h := &hintsv1.Hint{Kind: hintsv1.Kind(t.Kind), TenantId: t.TenantID, Key: t.Key, Count: 1}
-		byTopic[t] = h
-		out = append(out, h)
+	folded := fold(batch)
+	out := make([]*hintsv1.Hint, len(folded))
+	for i, c := range folded {
+		out[i] = &hintsv1.Hint{Kind: hintsv1.Kind(c.Kind), TenantId: c.TenantID, Key: c.Key, Count: uint32(c.n)}
 	}
 	return out
 }

@@ -207,3 +207,52 @@ func (l *Local) Subscribers() int {
 	}
 	return n
 }
+
+// maxBatch bounds the hints sent to other processes at once (one
+// statement, one call).
+const maxBatch = 512
+
+// nextBatch waits for a hint on out, then takes what else is queued there,
+// up to maxBatch; ok is false once ctx ends.
+func nextBatch(ctx context.Context, out <-chan Topic) (batch []Topic, ok bool) {
+	select {
+	case t := <-out:
+		batch = append(batch, t)
+	case <-ctx.Done():
+		return nil, false
+	}
+	for len(batch) < maxBatch {
+		select {
+		case t := <-out:
+			batch = append(batch, t)
+		default:
+			return batch, true
+		}
+	}
+	return batch, true
+}
+
+// counted is a topic and how many waiters its hints may wake.
+type counted struct {
+	Topic
+	n int
+}
+
+// fold makes a batch one entry per topic, in the order first seen: a
+// Tasks topic with the count of its repeats (each task wakes a poll), any
+// other with 1 (one hint wakes what it wakes).
+func fold(batch []Topic) []counted {
+	at := make(map[Topic]int, len(batch))
+	var out []counted
+	for _, t := range batch {
+		i, seen := at[t]
+		switch {
+		case !seen:
+			at[t] = len(out)
+			out = append(out, counted{t, 1})
+		case t.Kind == Tasks:
+			out[i].n++
+		}
+	}
+	return out
+}

@@ -114,27 +114,12 @@ func (p *Postgres) parsePayload(s string) (t Topic, n int, ok bool) {
 	return Topic{Kind: Kind(k), TenantID: f[3], Key: f[4]}, n, true
 }
 
-// maxBatch bounds the hints sent in one statement.
-const maxBatch = 512
-
 // send sends the queued hints, a batch per statement.
 func (p *Postgres) send(ctx context.Context) {
 	for {
-		var batch []Topic
-		select {
-		case t := <-p.out:
-			batch = append(batch, t)
-		case <-ctx.Done():
+		batch, ok := nextBatch(ctx, p.out)
+		if !ok {
 			return
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case t := <-p.out:
-				batch = append(batch, t)
-			default:
-				break more
-			}
 		}
 		payloads := p.payloads(batch)
 		if _, err := p.pool.Exec(ctx, "SELECT pg_notify($1, h) FROM unnest($2::text[]) AS h", Channel, payloads); err != nil && ctx.Err() == nil {
@@ -143,25 +128,14 @@ func (p *Postgres) send(ctx context.Context) {
 	}
 }
 
-// payloads encodes a batch, once each hint but those of Tasks, whose
-// repeats each wake a poller. (PostgreSQL folds identical notifications of
-// one transaction into one, so a repeat carries its count.)
+// payloads encodes a batch, a payload per topic with its count.
+// (PostgreSQL folds identical notifications of one transaction into one,
+// so a repeat carries its count.)
 func (p *Postgres) payloads(batch []Topic) []string {
-	counts := make(map[Topic]int, len(batch))
-	var order []Topic
-	for _, t := range batch {
-		if counts[t] == 0 {
-			order = append(order, t)
-		}
-		counts[t]++
-	}
-	out := make([]string, 0, len(order))
-	for _, t := range order {
-		n := 1
-		if t.Kind == Tasks {
-			n = counts[t]
-		}
-		out = append(out, p.origin+"|"+strconv.Itoa(int(t.Kind))+"|"+strconv.Itoa(n)+"|"+t.TenantID+"|"+t.Key)
+	folded := fold(batch)
+	out := make([]string, len(folded))
+	for i, c := range folded {
+		out[i] = p.origin + "|" + strconv.Itoa(int(c.Kind)) + "|" + strconv.Itoa(c.n) + "|" + c.TenantID + "|" + c.Key
 	}
 	return out
 }
