@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -31,11 +32,16 @@ var sqlFiles embed.FS
 type namedArgs map[string]any
 
 // positional is a statement's positional form and its parameters' names,
-// in order.
+// in order, with those the statement casts to UUID[].
 type positional struct {
-	sql   string
-	names []string
+	sql       string
+	names     []string
+	uuidArray []bool
 }
+
+// uuidArrayParam finds the parameters a statement casts to UUID[], which
+// must be bound with uuidArray.
+var uuidArrayParam = regexp.MustCompile(`(?i)@([a-z_][a-z0-9_]*)::UUID\[\]`)
 
 // positionals caches positional forms by statement text. The texts are
 // the named statements and the shapes of the filter builder, a set fixed
@@ -58,9 +64,14 @@ func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string
 		if err != nil {
 			return "", nil, err
 		}
-		p := &positional{sql: posSQL, names: make([]string, len(ordered))}
+		uuids := map[string]bool{}
+		for _, m := range uuidArrayParam.FindAllStringSubmatch(sql, -1) {
+			uuids[m[1]] = true
+		}
+		p := &positional{sql: posSQL, names: make([]string, len(ordered)), uuidArray: make([]bool, len(ordered))}
 		for i, m := range ordered {
 			p.names[i] = string(m.(nameMark))
+			p.uuidArray[i] = uuids[p.names[i]]
 		}
 		v, _ = positionals.LoadOrStore(sql, p)
 	}
@@ -70,6 +81,9 @@ func (na namedArgs) RewriteQuery(ctx context.Context, conn *pgx.Conn, sql string
 		value, found := na[name]
 		if !found {
 			return "", nil, fmt.Errorf("argument %s found in sql query but not present in namedArgs", name)
+		}
+		if _, isStrings := value.([]string); isStrings && p.uuidArray[i] {
+			return "", nil, fmt.Errorf("argument %s is a UUID[]: bind it with uuidArray, not as []string", name)
 		}
 		out[i] = value
 	}

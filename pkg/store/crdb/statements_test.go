@@ -70,6 +70,14 @@ SELECT @a::INT8 + @b::INT8, @a::INT8, '@c'`
 	require.ErrorContains(t, err, "y")
 	_, err = pool.Exec(ctx, `SELECT @x::INT8, @z::INT8`, namedArgs{"x": 1})
 	require.ErrorContains(t, err, "z")
+	// A UUID[] is bound with uuidArray, never as strings (see uuidArray).
+	const uuids = `SELECT cardinality(@ids::UUID[])`
+	id := "0b3a1c2e-8f4d-4c1a-9b7e-2d5f6a7b8c9d"
+	_, err = pool.Exec(ctx, uuids, namedArgs{"ids": []string{id}})
+	require.ErrorContains(t, err, "uuidArray")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, uuids, namedArgs{"ids": uuidArray([]string{id})}).Scan(&n))
+	require.Equal(t, 1, n)
 }
 
 // UUID arrays go to pgx as UUIDs, which it encodes in binary at once; a
