@@ -1,14 +1,17 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,15 +62,18 @@ type MembersConfig struct {
 //
 // Notify delivers in this process at once and queues for the others the
 // hints that woke no one here (and every Ended hint), as Postgres does.
-// One goroutine sends the queue in batches, each batch to every live
-// member that waits for its kinds, through a sender per member with a
-// bounded backlog, so that a slow or dead member delays no other. Every
-// member gets the batch: a worker's poll or a client's WaitForCompletion
-// reaches whichever API process its load balancer picked, and every
-// dispatcher claims for every tenant, so no process can tell which member's
-// waiter a hint is for. A hint that wakes a waiter for work another process
-// took costs that waiter one empty query; a hint lost (a full backlog, a
-// member gone) costs a poll interval, never work.
+// One goroutine sends the queue in batches: an Ended hint to every member
+// that waits for ends (it wakes every waiter of its instance); any other
+// to one member, the first of the hint's rendezvous order over the members
+// that wait for its kind, which answers with the hints that woke no waiter
+// there, for the next member of their order. A worker's poll or a client's
+// WaitForCompletion reaches whichever API process its load balancer
+// picked, and every dispatcher claims for every tenant, so no process can
+// tell which member's waiter a hint is for; trying them in turn wakes one
+// waiter, where sending to all would wake one in each, all but one of
+// which would query for nothing. Each member has a sender with a bounded
+// backlog, so that a slow or dead member delays no other. A hint lost (a
+// full backlog, a member gone) costs a poll interval, never work.
 type Members struct {
 	*Local
 	pool    *pgxpool.Pool
@@ -84,7 +90,7 @@ type Members struct {
 	mu    sync.Mutex
 	peers map[string]*member
 
-	sent, received, failed, dropped atomic.Int64
+	sent, received, failed, dropped, passed atomic.Int64
 
 	unregister metric.Registration
 
@@ -189,13 +195,14 @@ func (m *Members) ID() string { return m.id }
 type MembersStats struct {
 	// Sent and Received count hints (a Tasks hint of count n counts n);
 	// Failed, those whose call failed; Dropped, those not sent because a
-	// queue was full.
-	Sent, Received, Failed, Dropped int64
+	// queue was full; PassedOn, those a member did not take, sent on to the
+	// next.
+	Sent, Received, Failed, Dropped, PassedOn int64
 }
 
 // Stats is what this process has sent and taken so far.
 func (m *Members) Stats() MembersStats {
-	return MembersStats{Sent: m.sent.Load(), Received: m.received.Load(), Failed: m.failed.Load(), Dropped: m.dropped.Load()}
+	return MembersStats{Sent: m.sent.Load(), Received: m.received.Load(), Failed: m.failed.Load(), Dropped: m.dropped.Load(), PassedOn: m.passed.Load()}
 }
 
 // instrument reports Stats as the counter orchard.hints, by outcome.
@@ -353,26 +360,78 @@ func (m *Members) send(ctx context.Context) {
 		if !ok {
 			return
 		}
-		hints := encodeHints(batch)
 		m.mu.Lock()
-		for _, p := range m.peers {
-			var mine []*hintsv1.Hint
-			for _, h := range hints {
-				if p.waits&(1<<h.GetKind()) != 0 {
-					mine = append(mine, h)
-				}
-			}
-			if len(mine) == 0 {
-				continue
-			}
-			select {
-			case p.in <- mine:
-			default:
-				m.dropped.Add(int64(countHints(mine)))
-			}
-		}
+		m.route(encodeHints(batch), "")
 		m.mu.Unlock()
 	}
+}
+
+// route queues hints for the members they go to next (m.mu held): an
+// Ended hint to every member that waits for ends (after is ""); any other
+// to the member after after (the first, for "") in the hint's rendezvous
+// order over the members that wait for its kind, since one waiter is what
+// it wakes. A hint with no member left is dropped: every member had it.
+func (m *Members) route(hints []*hintsv1.Hint, after string) {
+	batches := map[string][]*hintsv1.Hint{}
+	for _, h := range hints {
+		kind := int64(1) << h.GetKind()
+		if h.GetKind() == hintsv1.Kind_KIND_ENDED {
+			for id, p := range m.peers {
+				if p.waits&kind != 0 {
+					batches[id] = append(batches[id], h)
+				}
+			}
+			continue
+		}
+		if id := m.next(h, kind, after); id != "" {
+			batches[id] = append(batches[id], h)
+		}
+	}
+	for id, b := range batches {
+		select {
+		case m.peers[id].in <- b:
+		default:
+			m.dropped.Add(int64(countHints(b)))
+		}
+	}
+}
+
+// next is the member that comes after after ("": the first) in h's
+// rendezvous order over the members that wait for its kind: each member
+// ranks by a hash of its id and h's topic, so every sender tries the
+// members in the same order for a topic, and a topic's first choice moves
+// only when that member comes or goes.
+func (m *Members) next(h *hintsv1.Hint, kind int64, after string) string {
+	type ranked struct {
+		id    string
+		score uint64
+	}
+	var order []ranked
+	for id, p := range m.peers {
+		if p.waits&kind == 0 {
+			continue
+		}
+		f := fnv.New64a()
+		_, _ = f.Write([]byte(id))
+		_, _ = f.Write([]byte{0, byte(h.GetKind())})
+		_, _ = f.Write([]byte(h.GetTenantId()))
+		_, _ = f.Write([]byte{0})
+		_, _ = f.Write([]byte(h.GetKey()))
+		order = append(order, ranked{id, f.Sum64()})
+	}
+	slices.SortFunc(order, func(a, b ranked) int { return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(a.id, b.id)) })
+	if after == "" {
+		if len(order) == 0 {
+			return ""
+		}
+		return order[0].id
+	}
+	for i, r := range order {
+		if r.id == after && i+1 < len(order) {
+			return order[i+1].id
+		}
+	}
+	return ""
 }
 
 // encodeHints encodes a batch, a hint per topic with its count.
@@ -383,6 +442,20 @@ func encodeHints(batch []Topic) []*hintsv1.Hint {
 		out[i] = &hintsv1.Hint{Kind: hintsv1.Kind(c.Kind), TenantId: c.TenantID, Key: c.Key, Count: uint32(c.n)}
 	}
 	return out
+}
+
+// passOn sends the hints that member id did not take (it woke no one with
+// them, or its call failed) to the next member of each one's order. Ended
+// hints went to every member already.
+func (m *Members) passOn(hints []*hintsv1.Hint, id string) {
+	hints = slices.DeleteFunc(slices.Clone(hints), func(h *hintsv1.Hint) bool { return h.GetKind() == hintsv1.Kind_KIND_ENDED })
+	if len(hints) == 0 {
+		return
+	}
+	m.passed.Add(int64(countHints(hints)))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.route(hints, id)
 }
 
 func countHints(hints []*hintsv1.Hint) int {
@@ -425,12 +498,13 @@ func (m *Members) deliverTo(callCtx, stopped context.Context, id string, p *memb
 		}
 		req := connect.NewRequest(&hintsv1.HintRequest{Origin: m.id, Hints: hints})
 		req.Header().Set("Authorization", m.token)
-		_, err := p.client.Hint(callCtx, req)
+		resp, err := p.client.Hint(callCtx, req)
 		switch {
 		case err != nil && stopped.Err() != nil:
 			return
 		case err != nil:
 			m.failed.Add(int64(countHints(hints)))
+			m.passOn(hints, id)
 			if !p.failing {
 				m.log.Warn("hints: a member does not take hints; its waiters will poll", slog.String("member", id),
 					slog.String("address", p.address), slog.Any("error", err))
@@ -441,6 +515,7 @@ func (m *Members) deliverTo(callCtx, stopped context.Context, id string, p *memb
 				m.log.Info("hints: a member takes hints again", slog.String("member", id))
 			}
 			p.failing = false
+			m.passOn(resp.Msg.GetUnheard(), id)
 			m.sent.Add(int64(countHints(hints)))
 		}
 	}
@@ -479,6 +554,6 @@ func (r hintReceiver) Hint(ctx context.Context, req *connect.Request[hintsv1.Hin
 		}
 	}
 	r.m.received.Add(int64(len(topics)))
-	r.m.Local.Notify(ctx, topics...)
-	return connect.NewResponse(&hintsv1.HintResponse{}), nil
+	unheard := slices.DeleteFunc(r.m.Local.deliver(topics), func(t Topic) bool { return t.Kind == Ended })
+	return connect.NewResponse(&hintsv1.HintResponse{Unheard: encodeHints(unheard)}), nil
 }

@@ -249,3 +249,59 @@ func TestMembersCarryBurstsWhole(t *testing.T) {
 	require.Zero(t, a.Stats().Failed)
 	require.Zero(t, a.Stats().Dropped)
 }
+
+// A task's hint goes to one member, the first of its topic's rendezvous
+// order; one that wakes no waiter there goes on to the next, so it wakes a
+// waiter wherever one waits, and only one.
+func TestMembersPassOnWhatNoOneTook(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t, 4)
+	a, _ := openMembers(t, pool, membersKey, Tasks)
+	b, _ := openMembers(t, pool, membersKey, Tasks)
+	c, _ := openMembers(t, pool, membersKey, Tasks)
+	peers(t, a, 2)
+	// A queue whose first choice is member, of the two.
+	queueFirstAt := func(member *Members) Topic {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for i := 0; ; i++ {
+			q := Topic{Kind: Tasks, TenantID: "a", Key: fmt.Sprint("q", i)}
+			if a.next(encodeHints([]Topic{q})[0], 1<<Tasks, "") == member.ID() {
+				return q
+			}
+		}
+	}
+	sent := func(n int64) {
+		t.Helper()
+		testwait.Until(t, 30*time.Second, "the calls answered", func() bool { return a.Stats().Sent == n })
+	}
+
+	// First choice b, with nothing waiting there: on to c.
+	q := queueFirstAt(b)
+	poll := c.Subscribe(q)
+	a.Notify(context.Background(), q)
+	receive(t, poll, "a task b had no poll for, at c")
+	require.Equal(t, int64(1), b.Stats().Received)
+	require.Equal(t, int64(1), a.Stats().PassedOn)
+	poll.Close()
+
+	// First choice c, with a poll there: c alone.
+	q = queueFirstAt(c)
+	poll, other := c.Subscribe(q), b.Subscribe(q)
+	a.Notify(context.Background(), q)
+	receive(t, poll, "a task at its first choice")
+	sent(3) // the passed-on call counted too; a hint is passed on before its call counts
+	require.Equal(t, int64(1), a.Stats().PassedOn, "nothing more passed on")
+	require.Equal(t, []bool{false}, woken(other))
+
+	// Three tasks, first choice b with one poll: the two it leaves, at c.
+	// (b's poll is read last: read, it would be idle again and take a task
+	// of a later call, had the three gone in two.)
+	q = queueFirstAt(b)
+	b1, c1, c2 := b.Subscribe(q), c.Subscribe(q), c.Subscribe(q)
+	a.Notify(context.Background(), q, q, q)
+	receive(t, c1, "two of three at c")
+	receive(t, c2, "two of three at c")
+	receive(t, b1, "one of three at b")
+	require.Equal(t, int64(3), a.Stats().PassedOn)
+}

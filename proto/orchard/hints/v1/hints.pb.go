@@ -204,7 +204,10 @@ func (x *Hint) GetCount() uint32 {
 }
 
 type HintResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hints that woke no waiter here (none of KIND_ENDED, which go to
+	// every member): the sender passes them on to another member.
+	Unheard       []*Hint `protobuf:"bytes,1,rep,name=unheard,proto3" json:"unheard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +242,13 @@ func (*HintResponse) Descriptor() ([]byte, []int) {
 	return file_orchard_hints_v1_hints_proto_rawDescGZIP(), []int{2}
 }
 
+func (x *HintResponse) GetUnheard() []*Hint {
+	if x != nil {
+		return x.Unheard
+	}
+	return nil
+}
+
 var File_orchard_hints_v1_hints_proto protoreflect.FileDescriptor
 
 const file_orchard_hints_v1_hints_proto_rawDesc = "" +
@@ -252,8 +262,9 @@ const file_orchard_hints_v1_hints_proto_rawDesc = "" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04kind\x12%\n" +
 	"\ttenant_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xc8\x01R\btenantId\x12\x1a\n" +
 	"\x03key\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xc8\x01R\x03key\x12\x1e\n" +
-	"\x05count\x18\x04 \x01(\rB\b\xbaH\x05*\x03\x18\x80\x04R\x05count\"\x0e\n" +
-	"\fHintResponse*U\n" +
+	"\x05count\x18\x04 \x01(\rB\b\xbaH\x05*\x03\x18\x80\x04R\x05count\"@\n" +
+	"\fHintResponse\x120\n" +
+	"\aunheard\x18\x01 \x03(\v2\x16.orchard.hints.v1.HintR\aunheard*U\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13KIND_ORCHESTRATIONS\x10\x01\x12\x0e\n" +
@@ -287,13 +298,14 @@ var file_orchard_hints_v1_hints_proto_goTypes = []any{
 var file_orchard_hints_v1_hints_proto_depIdxs = []int32{
 	2, // 0: orchard.hints.v1.HintRequest.hints:type_name -> orchard.hints.v1.Hint
 	0, // 1: orchard.hints.v1.Hint.kind:type_name -> orchard.hints.v1.Kind
-	1, // 2: orchard.hints.v1.HintService.Hint:input_type -> orchard.hints.v1.HintRequest
-	3, // 3: orchard.hints.v1.HintService.Hint:output_type -> orchard.hints.v1.HintResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 2: orchard.hints.v1.HintResponse.unheard:type_name -> orchard.hints.v1.Hint
+	1, // 3: orchard.hints.v1.HintService.Hint:input_type -> orchard.hints.v1.HintRequest
+	3, // 4: orchard.hints.v1.HintService.Hint:output_type -> orchard.hints.v1.HintResponse
+	4, // [4:5] is the sub-list for method output_type
+	3, // [3:4] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_orchard_hints_v1_hints_proto_init() }
