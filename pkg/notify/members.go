@@ -209,20 +209,21 @@ func (m *Members) Stats() MembersStats {
 func (m *Members) instrument(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/orchardhq/orchard/pkg/notify")
 	hints, err := meter.Int64ObservableCounter("orchard.hints",
-		metric.WithDescription("Hints between processes (--hints members), by outcome: sent, received, failed (the call failed), dropped (a queue was full)."))
+		metric.WithDescription("Hints between processes (--hints members), by outcome: sent, received, failed (the call failed), dropped (a queue was full), passed_on (a member woke no one with it: sent on to the next)."))
 	if err != nil {
 		return err
 	}
 	outcome := func(v string) metric.ObserveOption {
 		return metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", v)))
 	}
-	sent, received, failed, dropped := outcome("sent"), outcome("received"), outcome("failed"), outcome("dropped")
+	sent, received, failed, dropped, passed := outcome("sent"), outcome("received"), outcome("failed"), outcome("dropped"), outcome("passed_on")
 	m.unregister, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := m.Stats()
 		o.ObserveInt64(hints, st.Sent, sent)
 		o.ObserveInt64(hints, st.Received, received)
 		o.ObserveInt64(hints, st.Failed, failed)
 		o.ObserveInt64(hints, st.Dropped, dropped)
+		o.ObserveInt64(hints, st.PassedOn, passed)
 		return nil
 	}, hints)
 	return err
@@ -252,14 +253,8 @@ func (m *Members) Notify(_ context.Context, topics ...Topic) {
 // heartbeat.
 func (m *Members) Close() {
 	_ = m.unregister.Unregister()
-	m.stop()
+	m.stop() // and with it every member's sender
 	m.done.Wait()
-	m.mu.Lock()
-	for id, p := range m.peers {
-		p.stop()
-		delete(m.peers, id)
-	}
-	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := m.pool.Exec(ctx, `DELETE FROM hint_members WHERE member_id = $1`, m.id); err != nil {
@@ -352,8 +347,8 @@ ON CONFLICT (member_id) DO UPDATE SET address = excluded.address, kinds = exclud
 	return nil
 }
 
-// send batches the queued hints and hands each batch to the members that
-// wait for its kinds.
+// send batches the queued hints and routes them to the members they go to
+// first.
 func (m *Members) send(ctx context.Context) {
 	for {
 		batch, ok := nextBatch(ctx, m.out)
@@ -367,7 +362,7 @@ func (m *Members) send(ctx context.Context) {
 }
 
 // route queues hints for the members they go to next (m.mu held): an
-// Ended hint to every member that waits for ends (after is ""); any other
+// Ended hint to every member that waits for ends; any other
 // to the member after after (the first, for "") in the hint's rendezvous
 // order over the members that wait for its kind, since one waiter is what
 // it wakes. A hint with no member left is dropped: every member had it.

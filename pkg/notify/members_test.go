@@ -52,6 +52,19 @@ func openMembers(t *testing.T, pool *pgxpool.Pool, key []byte, waits ...Kind) (*
 	return m, srv.URL
 }
 
+// taskMembers is n members on one database that wait for tasks, the first
+// of which knows the others.
+func taskMembers(t *testing.T, n int) []*Members {
+	t.Helper()
+	pool := testdb.Pool(t, 4)
+	ms := make([]*Members, n)
+	for i := range ms {
+		ms[i], _ = openMembers(t, pool, membersKey, Tasks)
+	}
+	peers(t, ms[0], n-1)
+	return ms
+}
+
 // peers waits until m sends to n other members.
 func peers(t *testing.T, m *Members, n int) {
 	t.Helper()
@@ -125,10 +138,8 @@ func TestMembersSendOnlyWhatNoOneHereHeard(t *testing.T) {
 // longer sent to; a member that does not answer delays no other.
 func TestMembersFollowTheLiveProcesses(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t, 4)
-	a, _ := openMembers(t, pool, membersKey, Tasks)
-	b, _ := openMembers(t, pool, membersKey, Tasks)
-	peers(t, a, 1)
+	ms := taskMembers(t, 2)
+	a, b, pool := ms[0], ms[1], ms[0].pool
 
 	// A member that died without closing: its address refuses connections
 	// (a listener closed at once), and it renews nothing.
@@ -236,10 +247,8 @@ func TestNewMembersRefusesWhatCannotWork(t *testing.T) {
 // may (maxBatch), and what does not fit goes in the next.
 func TestMembersCarryBurstsWhole(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t, 4)
-	a, _ := openMembers(t, pool, membersKey, Tasks)
-	b, _ := openMembers(t, pool, membersKey, Tasks)
-	peers(t, a, 1)
+	ms := taskMembers(t, 2)
+	a, b := ms[0], ms[1]
 	const n = 3*maxBatch + 7
 	for i := range n {
 		a.Notify(context.Background(), Topic{Kind: Tasks, TenantID: "a", Key: fmt.Sprint(i)})
@@ -255,11 +264,8 @@ func TestMembersCarryBurstsWhole(t *testing.T) {
 // waiter wherever one waits, and only one.
 func TestMembersPassOnWhatNoOneTook(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t, 4)
-	a, _ := openMembers(t, pool, membersKey, Tasks)
-	b, _ := openMembers(t, pool, membersKey, Tasks)
-	c, _ := openMembers(t, pool, membersKey, Tasks)
-	peers(t, a, 2)
+	ms := taskMembers(t, 3)
+	a, b, c := ms[0], ms[1], ms[2]
 	// A queue whose first choice is member, of the two.
 	queueFirstAt := func(member *Members) Topic {
 		a.mu.Lock()
