@@ -114,7 +114,7 @@ LOADTEST_ADDR := 127.0.0.1:18080
 loadtest:
 	$(GO) build -o bin/orchard ./cmd/orchard
 	@rm -rf $(LOADTEST_DIR); mkdir -p $(LOADTEST_DIR)
-	@./bin/orchard dev --fresh --dir $(LOADTEST_DIR) --addr $(LOADTEST_ADDR) --ops-addr '' --log-level error \
+	@./bin/orchard dev --fresh --dir $(LOADTEST_DIR) --listen $(LOADTEST_ADDR) --ops-addr '' --log-level error \
 		> $(LOADTEST_DIR)/dev.log 2>&1 & pid=$$!; \
 	trap "kill $$pid 2>/dev/null; wait $$pid" EXIT; \
 	for i in $$(seq 600); do [ -s $(LOADTEST_DIR)/tokens/admin ] && break; \

@@ -79,6 +79,11 @@ reported per orchestration.`,
 				return err
 			}
 			fmt.Fprintf(c.out, "saved %s and %s\n", jsonPath, chartPath)
+			// A run in which nothing completed measured nothing: a script
+			// (make loadtest in CI) must not take it for a result.
+			if rep.Total.Completed == 0 {
+				return errors.New("no orchestration completed in the measured window")
+			}
 			return nil
 		},
 	}
