@@ -135,7 +135,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 				Store: st, Notifier: hinted, Verifier: verifier, Minter: minter, Addr: listen,
 				TokenKey: tokenKey, MaxMessageBytes: maxMessageBytes,
 				TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider, Console: cons,
-				CallShare: tenancy.NewFairShare(callsInFlight, api.DefaultCallsWaiting),
+				CallShare: tenancy.NewFairShare(callsInFlight, api.DefaultCallsWaiting, api.DefaultCallBytesWaiting),
 			}
 			var disp *dispatcher.Dispatcher
 			if dispatcherLoops > 0 {

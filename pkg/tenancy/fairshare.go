@@ -8,8 +8,11 @@ import (
 )
 
 // ResourceCallsInFlight names the calls a tenant may have waiting for a
-// FairShare slot.
-const ResourceCallsInFlight = "calls_in_flight"
+// FairShare slot; ResourceCallBytesWaiting the bytes of their requests.
+const (
+	ResourceCallsInFlight    = "calls_in_flight"
+	ResourceCallBytesWaiting = "call_bytes_waiting"
+)
 
 // FairShare admits at most Limit calls at once, across tenants. Past it a
 // call waits, and each slot freed goes to the waiting tenant with the fewest
@@ -24,6 +27,7 @@ const ResourceCallsInFlight = "calls_in_flight"
 // behind every call of a busy one.
 type FairShare struct {
 	limit, maxWaiting int
+	maxWaitingBytes   int64
 
 	mu       sync.Mutex
 	inFlight int
@@ -33,22 +37,35 @@ type FairShare struct {
 }
 
 type shareTenant struct {
-	inFlight   int
-	waiting    list.List // of chan struct{}, closed when granted
-	lastServed uint64
+	inFlight int
+	waiting  list.List // of *shareWaiter
+	// waitingBytes sums the sizes of the waiting calls.
+	waitingBytes int64
+	lastServed   uint64
+}
+
+type shareWaiter struct {
+	granted chan struct{} // closed when granted
+	size    int64
 }
 
 // NewFairShare returns a FairShare of limit slots that lets each tenant have
-// at most maxWaiting calls waiting; both must be positive.
-func NewFairShare(limit, maxWaiting int) *FairShare {
-	return &FairShare{limit: max(limit, 1), maxWaiting: max(maxWaiting, 1), tenants: map[string]*shareTenant{}}
+// at most maxWaiting calls waiting, of at most maxWaitingBytes together
+// (one call may always wait, whatever its size); all must be positive.
+// What a waiting call holds is its request: the bytes bound what a tenant
+// can park in the process, the count its goroutines.
+func NewFairShare(limit, maxWaiting int, maxWaitingBytes int64) *FairShare {
+	return &FairShare{limit: max(limit, 1), maxWaiting: max(maxWaiting, 1), maxWaitingBytes: max(maxWaitingBytes, 1),
+		tenants: map[string]*shareTenant{}}
 }
 
-// Acquire takes a slot for one of tenant's calls, waiting for one until ctx
-// ends (its error is returned then). With maxWaiting of the tenant's calls
-// already waiting it returns an *ExhaustedError for ResourceCallsInFlight at
-// once. release gives the slot back; call it exactly once.
-func (f *FairShare) Acquire(ctx context.Context, tenant string) (release func(), err error) {
+// Acquire takes a slot for one of tenant's calls, whose request is size
+// bytes, waiting for one until ctx ends (its error is returned then). When
+// the call would take the tenant's waiting calls past maxWaiting, or their
+// bytes past maxWaitingBytes, it returns an *ExhaustedError for
+// ResourceCallsInFlight or ResourceCallBytesWaiting at once. release gives
+// the slot back; call it exactly once.
+func (f *FairShare) Acquire(ctx context.Context, tenant string, size int64) (release func(), err error) {
 	f.mu.Lock()
 	t := f.tenants[tenant]
 	if t == nil {
@@ -61,28 +78,34 @@ func (f *FairShare) Acquire(ctx context.Context, tenant string) (release func(),
 		f.mu.Unlock()
 		return f.releaser(tenant), nil
 	}
-	if t.waiting.Len() >= f.maxWaiting {
+	// Slots free in the time of a call: a few milliseconds.
+	switch {
+	case t.waiting.Len() >= f.maxWaiting:
 		f.mu.Unlock()
-		// Slots free in the time of a call: a few milliseconds.
 		return nil, &ExhaustedError{Resource: ResourceCallsInFlight, Limit: int64(f.maxWaiting), RetryAfter: 10 * time.Millisecond}
+	case t.waiting.Len() > 0 && t.waitingBytes+size > f.maxWaitingBytes:
+		f.mu.Unlock()
+		return nil, &ExhaustedError{Resource: ResourceCallBytesWaiting, Limit: f.maxWaitingBytes, RetryAfter: 10 * time.Millisecond}
 	}
-	granted := make(chan struct{})
-	e := t.waiting.PushBack(granted)
+	w := &shareWaiter{granted: make(chan struct{}), size: size}
+	e := t.waiting.PushBack(w)
+	t.waitingBytes += size
 	f.mu.Unlock()
 	select {
-	case <-granted:
+	case <-w.granted:
 		return f.releaser(tenant), nil
 	case <-ctx.Done():
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		select {
-		case <-granted:
+		case <-w.granted:
 			// Granted meanwhile: hand the slot on.
 			t.inFlight--
 			f.inFlight--
 			f.handOnLocked()
 		default:
 			t.waiting.Remove(e)
+			t.waitingBytes -= size
 		}
 		f.dropIdleLocked(tenant, t)
 		return nil, ctx.Err()
@@ -145,7 +168,9 @@ func (f *FairShare) handOnLocked() {
 			return
 		}
 		f.grantLocked(next)
-		close(next.waiting.Remove(next.waiting.Front()).(chan struct{}))
+		w := next.waiting.Remove(next.waiting.Front()).(*shareWaiter)
+		next.waitingBytes -= w.size
+		close(w.granted)
 	}
 }
 

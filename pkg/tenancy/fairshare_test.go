@@ -11,6 +11,9 @@ import (
 	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
+// noBytesBound is a bound on waiting bytes that the tests' calls never reach.
+const noBytesBound = 1 << 40
+
 // acquirer runs FairShare.Acquire calls in goroutines and reports, in the
 // order they were granted, the tenant of each.
 type acquirer struct {
@@ -27,18 +30,21 @@ func newAcquirer(t *testing.T, f *tenancy.FairShare) *acquirer {
 // hold takes a slot at once.
 func (a *acquirer) hold(tenant string) {
 	a.t.Helper()
-	release, err := a.f.Acquire(a.t.Context(), tenant)
+	release, err := a.f.Acquire(a.t.Context(), tenant, 1)
 	require.NoError(a.t, err)
 	a.releases[tenant] = append(a.releases[tenant], release)
 }
 
 // queue starts a call that must wait, and returns once it waits.
-func (a *acquirer) queue(tenant string) {
+func (a *acquirer) queue(tenant string) { a.queueSized(tenant, 1) }
+
+// queueSized queues a call whose request is size bytes.
+func (a *acquirer) queueSized(tenant string, size int64) {
 	a.t.Helper()
 	before := a.f.Waiting(tenant)
 	releases := make(chan func(), 1)
 	go func() {
-		release, err := a.f.Acquire(a.t.Context(), tenant)
+		release, err := a.f.Acquire(a.t.Context(), tenant, size)
 		if err != nil {
 			return
 		}
@@ -76,7 +82,7 @@ func (a *acquirer) release(key string) {
 // freed; the busy tenant's waiting calls get the ones after, oldest first.
 func TestFairShareGivesAFreedSlotToTheTenantWithFewestInFlight(t *testing.T) {
 	t.Parallel()
-	f := tenancy.NewFairShare(2, 10)
+	f := tenancy.NewFairShare(2, 10, noBytesBound)
 	a := newAcquirer(t, f)
 	a.hold("busy")
 	a.hold("busy")
@@ -101,7 +107,7 @@ func TestFairShareGivesAFreedSlotToTheTenantWithFewestInFlight(t *testing.T) {
 // served least recently goes first, whatever the order the calls came in.
 func TestFairShareServesTiedTenantsInTurn(t *testing.T) {
 	t.Parallel()
-	f := tenancy.NewFairShare(1, 10)
+	f := tenancy.NewFairShare(1, 10, noBytesBound)
 	a := newAcquirer(t, f)
 	a.hold("a")
 	a.queue("a")
@@ -117,7 +123,7 @@ func TestFairShareServesTiedTenantsInTurn(t *testing.T) {
 // one tenant may take every slot.
 func TestFairShareAloneUsesEverySlot(t *testing.T) {
 	t.Parallel()
-	f := tenancy.NewFairShare(3, 1)
+	f := tenancy.NewFairShare(3, 1, noBytesBound)
 	a := newAcquirer(t, f)
 	for range 3 {
 		a.hold("only")
@@ -129,12 +135,12 @@ func TestFairShareAloneUsesEverySlot(t *testing.T) {
 // refused at once, with a retry hint; another tenant still waits its turn.
 func TestFairShareBoundsWaitingCalls(t *testing.T) {
 	t.Parallel()
-	f := tenancy.NewFairShare(1, 2)
+	f := tenancy.NewFairShare(1, 2, noBytesBound)
 	a := newAcquirer(t, f)
 	a.hold("busy")
 	a.queue("busy")
 	a.queue("busy")
-	_, err := f.Acquire(t.Context(), "busy")
+	_, err := f.Acquire(t.Context(), "busy", 1)
 	var exhausted *tenancy.ExhaustedError
 	require.ErrorAs(t, err, &exhausted)
 	require.ErrorIs(t, err, tenancy.ErrResourceExhausted)
@@ -146,17 +152,59 @@ func TestFairShareBoundsWaitingCalls(t *testing.T) {
 	require.Equal(t, "quiet", a.next())
 }
 
+// TestFairShareBoundsWaitingBytes: a tenant's calls wait while their
+// requests' bytes stay within the bound; one that would pass it is refused
+// at once, naming call_bytes_waiting. A call alone may wait whatever its
+// size, and the bytes of a call granted or given up are the tenant's again.
+func TestFairShareBoundsWaitingBytes(t *testing.T) {
+	t.Parallel()
+	f := tenancy.NewFairShare(1, 10, 100)
+	a := newAcquirer(t, f)
+	a.hold("busy")
+	a.queueSized("busy", 60)
+	_, err := f.Acquire(t.Context(), "busy", 50)
+	var exhausted *tenancy.ExhaustedError
+	require.ErrorAs(t, err, &exhausted)
+	require.Equal(t, tenancy.ResourceCallBytesWaiting, exhausted.Resource)
+	require.EqualValues(t, 100, exhausted.Limit)
+	require.Positive(t, exhausted.RetryAfter)
+	// A call that gives up waiting gives its bytes back.
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := f.Acquire(ctx, "busy", 40)
+		gaveUp <- err
+	}()
+	require.Eventually(t, func() bool { return f.Waiting("busy") == 2 }, 10*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+	a.queueSized("busy", 40)
+	// Another tenant's bytes are its own; alone, a call larger than the
+	// bound waits.
+	a.queueSized("big", 1000)
+
+	a.release("busy")
+	granted := a.next()
+	require.Contains(t, []string{"busy", "big"}, granted)
+	// busy's 60-byte call, once granted, no longer counts against it.
+	for granted != "busy" {
+		a.release(granted + "-queued")
+		granted = a.next()
+	}
+	a.queueSized("busy", 60)
+}
+
 // TestFairShareWaitEndsWithItsContext: a call whose context ends stops
 // waiting and takes no slot; the slot goes to the next call.
 func TestFairShareWaitEndsWithItsContext(t *testing.T) {
 	t.Parallel()
-	f := tenancy.NewFairShare(1, 10)
+	f := tenancy.NewFairShare(1, 10, noBytesBound)
 	a := newAcquirer(t, f)
 	a.hold("busy")
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.Acquire(ctx, "gone")
+		_, err := f.Acquire(ctx, "gone", 1)
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return f.Waiting("gone") == 1 }, 10*time.Second, time.Millisecond)

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
@@ -159,6 +160,15 @@ func (s *Server) authorize() connect.UnaryInterceptorFunc {
 
 type tenantKey struct{}
 
+// requestSize is the size of a call's request message: what the call holds
+// while it waits for a slot of the share.
+func requestSize(req connect.AnyRequest) int64 {
+	if m, ok := req.Any().(proto.Message); ok {
+		return int64(proto.Size(m))
+	}
+	return 0
+}
+
 // admitTenant lets a tenant's call through when admit does. Then, long
 // polls aside, the call takes a slot of the process's share of calls in
 // flight (Config.CallShare), where a tenant past its share waits behind the
@@ -177,7 +187,7 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 				return nil, err
 			}
 			if !rule.longPoll {
-				release, err := s.cfg.CallShare.Acquire(ctx, id.Tenant)
+				release, err := s.cfg.CallShare.Acquire(ctx, id.Tenant, requestSize(req))
 				if err != nil {
 					return nil, err
 				}

@@ -12,11 +12,16 @@ import (
 // process runs at once by default: below the connections its pool has for
 // them (`orchard dev`: 16 beside the dispatcher loops'), so that the long
 // polls' queries and the dispatcher loops do not queue behind them.
-// DefaultCallsWaiting bounds a tenant's calls waiting for one; beyond it
-// they are refused (ResourceExhausted, calls_in_flight).
+// DefaultCallsWaiting bounds a tenant's calls waiting for one, and
+// DefaultCallBytesWaiting their requests' bytes; beyond either they are
+// refused (ResourceExhausted, calls_in_flight or call_bytes_waiting). A
+// slot frees in a few milliseconds, so a wait is short where a refusal
+// makes the caller send its request again: a tenant's fan-out, its workers
+// completing hundreds of tasks at once, waits.
 const (
-	DefaultCallsInFlight = 12
-	DefaultCallsWaiting  = 128
+	DefaultCallsInFlight    = 12
+	DefaultCallsWaiting     = 1024
+	DefaultCallBytesWaiting = 32 << 20
 )
 
 // requestRate is the tenant's request rate for the rate limiter.

@@ -62,7 +62,8 @@ type Config struct {
 	// CallShare bounds the tenants' calls in flight in this process, long
 	// polls aside, and shares them fairly when they are more (see
 	// tenancy.FairShare); default DefaultCallsInFlight slots, with at most
-	// DefaultCallsWaiting calls of a tenant waiting. Keep it below the
+	// DefaultCallsWaiting calls of a tenant waiting, of
+	// DefaultCallBytesWaiting bytes together. Keep it below the
 	// database connections the API has: the share is then where calls
 	// queue, instead of the pool, which serves them in arrival order.
 	CallShare *tenancy.FairShare
@@ -137,7 +138,7 @@ func (c *Config) withDefaults() error {
 		c.RateLimiter = tenancy.NewRateLimiter(tenancy.RateLimiterConfig{})
 	}
 	if c.CallShare == nil {
-		c.CallShare = tenancy.NewFairShare(DefaultCallsInFlight, DefaultCallsWaiting)
+		c.CallShare = tenancy.NewFairShare(DefaultCallsInFlight, DefaultCallsWaiting, DefaultCallBytesWaiting)
 	}
 	c.TenantCacheTTL = cmp.Or(c.TenantCacheTTL, 2*time.Second)
 	c.EraseGrace = cmp.Or(c.EraseGrace, EraseGrace)

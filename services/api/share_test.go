@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func countAsync(ctx context.Context, c *clients, done chan<- error) {
 // takes no slot.
 func TestCallsInFlightAreSharedFairly(t *testing.T) {
 	t.Parallel()
-	share := tenancy.NewFairShare(2, 8)
+	share := tenancy.NewFairShare(2, 8, api.DefaultCallBytesWaiting)
 	e, held := heldEnv(t, share)
 	busy := e.all(e.tenant("busy", nil))
 	quiet := e.all(e.tenant("quiet", nil))
@@ -118,7 +119,7 @@ func TestCallsInFlightAreSharedFairly(t *testing.T) {
 // bound are refused with ResourceExhausted, naming calls_in_flight.
 func TestCallsWaitingAreBounded(t *testing.T) {
 	t.Parallel()
-	share := tenancy.NewFairShare(1, 1)
+	share := tenancy.NewFairShare(1, 1, api.DefaultCallBytesWaiting)
 	e, held := heldEnv(t, share)
 	busy := e.all(e.tenant("busy", nil))
 	ctx := t.Context()
@@ -133,6 +134,34 @@ func TestCallsWaitingAreBounded(t *testing.T) {
 		held.let <- struct{}{}
 	}
 	for range 2 {
+		require.NoError(t, <-done)
+	}
+}
+
+// TestCallBytesWaitingAreBounded: past the bytes a tenant's waiting calls
+// may hold, a call is refused with ResourceExhausted, naming
+// call_bytes_waiting; its size is its request's.
+func TestCallBytesWaitingAreBounded(t *testing.T) {
+	t.Parallel()
+	share := tenancy.NewFairShare(1, 8, 64)
+	e, held := heldEnv(t, share)
+	busy := e.all(e.tenant("busy", nil))
+	ctx := t.Context()
+	done := make(chan error, 3)
+	for range 2 {
+		countAsync(ctx, busy, done)
+	}
+	require.Eventually(t, func() bool { return share.InFlight() == 1 && share.Waiting("busy") == 1 }, 10*time.Second, time.Millisecond)
+	// A small request still waits beside the one waiting.
+	countAsync(ctx, busy, done)
+	require.Eventually(t, func() bool { return share.Waiting("busy") == 2 }, 10*time.Second, time.Millisecond)
+	ids := []string{strings.Repeat("a", 40), strings.Repeat("b", 40)}
+	_, err := busy.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{Filter: &orchardv1.InstanceFilter{InstanceIds: ids}}))
+	requireCode(t, err, connect.CodeResourceExhausted, tenancy.ResourceCallBytesWaiting)
+	for range 3 {
+		held.let <- struct{}{}
+	}
+	for range 3 {
 		require.NoError(t, <-done)
 	}
 }
