@@ -125,7 +125,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 				return err
 			}
 			defer stopOps()
-			st := crdb.New(pool, crdb.Options{})
+			st := crdb.New(pool, crdb.Options{MeterProvider: tel.MeterProvider})
 			defer st.Close()
 			var cons http.Handler
 			if withConsole {

@@ -152,7 +152,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	if err != nil {
 		return err
 	}
-	st := crdb.New(pool, crdb.Options{})
+	st := crdb.New(pool, crdb.Options{MeterProvider: tel.MeterProvider})
 	if err := st.CreateTenant(ctx, &store.CreateTenantParams{TenantID: devTenant}); err != nil && !errors.Is(err, store.ErrAlreadyExists) {
 		return err
 	}
@@ -183,7 +183,7 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	}
 	// The API and the dispatcher share a process: an ack hands the tasks
 	// it schedules to the polls waiting here, with no claim.
-	disp, err := colocatedDispatcher(tel, crdb.New(loopsPool, crdb.Options{}), hints, o.hints.mode != "off", o.loops, &apiCfg)
+	disp, err := colocatedDispatcher(tel, crdb.New(loopsPool, crdb.Options{MeterProvider: tel.MeterProvider}), hints, o.hints.mode != "off", o.loops, &apiCfg)
 	if err != nil {
 		return err
 	}

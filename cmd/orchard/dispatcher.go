@@ -60,7 +60,7 @@ answers 503 from the moment the drain starts.`,
 			}
 			defer hinted.close()
 			cfg := dispatcher.Config{
-				Store: crdb.New(pool, crdb.Options{}), Notifier: hinted, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
+				Store: crdb.New(pool, crdb.Options{MeterProvider: tel.MeterProvider}), Notifier: hinted, Loops: loops, Batch: batch, LeaseDuration: lease, TenantID: tenant,
 				TracerProvider: tel.TracerProvider, Metrics: metrics,
 			}
 			// Local hints stay in this process, which runs no API.

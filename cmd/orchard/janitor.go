@@ -62,7 +62,7 @@ the main database (schema "river"). Create them with ` + "`orchard migrate`" + `
 				return err
 			}
 			j, err := janitor.New(janitor.Config{
-				Store: crdb.New(pool, crdb.Options{}), RiverPool: riverPool, Interval: interval, JobBudget: budget,
+				Store: crdb.New(pool, crdb.Options{MeterProvider: tel.MeterProvider}), RiverPool: riverPool, Interval: interval, JobBudget: budget,
 				Workers: workers, AuditRetention: keep, Metrics: metrics, TracerProvider: tel.TracerProvider,
 			})
 			if err != nil {

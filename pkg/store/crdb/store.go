@@ -22,6 +22,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orchardhq/orchard/internal/traceparent"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -42,6 +45,8 @@ type Options struct {
 	// MaxRowsPerTransaction bounds the rows one delete or prune transaction
 	// removes (default 5000); bigger trees and chains take several.
 	MaxRowsPerTransaction int64
+	// MeterProvider receives the store's instruments; none by default.
+	MeterProvider metric.MeterProvider
 }
 
 // Store is the CockroachDB (and PostgreSQL) implementation of store.Store.
@@ -54,6 +59,10 @@ type Store struct {
 	mu               sync.Mutex
 	orchestratorTurn string
 	workerTurn       map[string]string // task queue -> last tenant served
+
+	// failedAttempts counts the attempts that failed with an error retry
+	// retries, by reason (see attemptFailure).
+	failedAttempts metric.Int64Counter
 
 	// onRetry, when set (by tests), sees every retried attempt.
 	onRetry func(attempt int, err error)
@@ -87,7 +96,18 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.MaxRowsPerTransaction <= 0 {
 		opts.MaxRowsPerTransaction = 5000
 	}
-	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = noop.NewMeterProvider()
+	}
+	failed, err := opts.MeterProvider.Meter("github.com/orchardhq/orchard/pkg/store/crdb").Int64Counter(
+		"orchard.store.transaction.failed_attempts",
+		metric.WithDescription("Attempts of a store transaction that failed with an error the store retries, by reason: "+
+			"conflict (a serialization failure), deadlock, or unavailable (the database could not be reached)."))
+	if err != nil {
+		// Only a malformed instrument name fails.
+		panic(err)
+	}
+	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed}
 }
 
 // Close closes the pool.

@@ -12,6 +12,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -108,8 +110,11 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 		if last != nil && !retryable(last) {
 			return struct{}{}, backoff.Permanent(last)
 		}
-		if last != nil && s.onRetry != nil {
-			s.onRetry(attempt, last)
+		if last != nil {
+			s.failedAttempts.Add(ctx, 1, attemptFailure(last))
+			if s.onRetry != nil {
+				s.onRetry(attempt, last)
+			}
 		}
 		return struct{}{}, last
 	},
@@ -155,6 +160,27 @@ func unwrapCommit(err error) error {
 // retryable classifies database errors once: serialization failures and
 // deadlocks restart the transaction; so does a connection error raised before
 // anything was sent.
+// The reasons of orchard.store.transaction.failed_attempts.
+var (
+	failedConflict    = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "conflict")))
+	failedDeadlock    = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "deadlock")))
+	failedUnavailable = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "unavailable")))
+)
+
+// attemptFailure is the reason of a retryable error.
+func attemptFailure(err error) metric.AddOption {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001":
+			return failedConflict
+		case "40P01":
+			return failedDeadlock
+		}
+	}
+	return failedUnavailable
+}
+
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

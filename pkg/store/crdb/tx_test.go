@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -59,7 +61,8 @@ func is40001(err error) bool {
 // fails with 40001; the helper runs the whole transaction again.
 func TestInTxRetriesStatementConflict(t *testing.T) {
 	t.Parallel()
-	s := newTestStore(t, Options{})
+	reader := sdkmetric.NewManualReader()
+	s := newTestStore(t, Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	var log retryLog
 	s.onRetry = log.hook
 	calls := 0
@@ -79,10 +82,31 @@ func TestInTxRetriesStatementConflict(t *testing.T) {
 	require.Equal(t, 2, calls)
 	require.Equal(t, []int{1}, log.attempts)
 	require.True(t, is40001(log.errs[0]), "retried for %v", log.errs[0])
+	require.Equal(t, map[string]int64{"conflict": 1}, failedAttempts(t, reader))
 
 	var v int64
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
 	require.Equal(t, int64(101), v, "the write must be applied exactly once, on top of the other transaction's")
+}
+
+// failedAttempts reads orchard.store.transaction.failed_attempts by reason.
+func failedAttempts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "orchard.store.transaction.failed_attempts" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				reason, _ := dp.Attributes.Value("reason")
+				got[reason.AsString()] += dp.Value
+			}
+		}
+	}
+	return got
 }
 
 // Write skew: both transactions read the on-call roster and each takes a
@@ -133,7 +157,8 @@ func TestInTxRetriesConflictAtCommit(t *testing.T) {
 
 func TestInTxGivesUpWhenBudgetIsSpent(t *testing.T) {
 	t.Parallel()
-	s := newTestStore(t, Options{MaxAttempts: 3})
+	reader := sdkmetric.NewManualReader()
+	s := newTestStore(t, Options{MaxAttempts: 3, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	var log retryLog
 	s.onRetry = log.hook
 	calls := 0
@@ -151,6 +176,7 @@ func TestInTxGivesUpWhenBudgetIsSpent(t *testing.T) {
 	require.True(t, is40001(err), "the last database error is kept: %v", err)
 	require.Equal(t, 3, calls)
 	require.Equal(t, []int{1, 2, 3}, log.attempts)
+	require.Equal(t, map[string]int64{"conflict": 3}, failedAttempts(t, reader), "every failed attempt counts, the last too")
 
 	var v int64
 	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT v FROM counters WHERE k = 'x'`).Scan(&v))
