@@ -55,6 +55,22 @@ func (a *acquirer) queueSized(tenant string, size int64) {
 	a.releases[tenant+"-queued"] = append(a.releases[tenant+"-queued"], func() { (<-releases)() })
 }
 
+// waitCancellable starts a call of size bytes that must wait, returns once
+// it waits, and gives back the cancellation of its context and the channel
+// its error comes on.
+func (a *acquirer) waitCancellable(tenant string, size int64) (context.CancelFunc, <-chan error) {
+	a.t.Helper()
+	before := a.f.Waiting(tenant)
+	ctx, cancel := context.WithCancel(a.t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.f.Acquire(ctx, tenant, size)
+		done <- err
+	}()
+	require.Eventually(a.t, func() bool { return a.f.Waiting(tenant) == before+1 }, 10*time.Second, time.Millisecond)
+	return cancel, done
+}
+
 // next is the tenant of the next call granted.
 func (a *acquirer) next() string {
 	a.t.Helper()
@@ -169,13 +185,7 @@ func TestFairShareBoundsWaitingBytes(t *testing.T) {
 	require.EqualValues(t, 100, exhausted.Limit)
 	require.Positive(t, exhausted.RetryAfter)
 	// A call that gives up waiting gives its bytes back.
-	ctx, cancel := context.WithCancel(t.Context())
-	gaveUp := make(chan error, 1)
-	go func() {
-		_, err := f.Acquire(ctx, "busy", 40)
-		gaveUp <- err
-	}()
-	require.Eventually(t, func() bool { return f.Waiting("busy") == 2 }, 10*time.Second, time.Millisecond)
+	cancel, gaveUp := a.waitCancellable("busy", 40)
 	cancel()
 	require.ErrorIs(t, <-gaveUp, context.Canceled)
 	a.queueSized("busy", 40)
@@ -201,13 +211,7 @@ func TestFairShareWaitEndsWithItsContext(t *testing.T) {
 	f := tenancy.NewFairShare(1, 10, noBytesBound)
 	a := newAcquirer(t, f)
 	a.hold("busy")
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.Acquire(ctx, "gone", 1)
-		done <- err
-	}()
-	require.Eventually(t, func() bool { return f.Waiting("gone") == 1 }, 10*time.Second, time.Millisecond)
+	cancel, done := a.waitCancellable("gone", 1)
 	a.queue("busy")
 	cancel()
 	require.True(t, errors.Is(<-done, context.Canceled))

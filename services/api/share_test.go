@@ -115,53 +115,46 @@ func TestCallsInFlightAreSharedFairly(t *testing.T) {
 	require.Zero(t, share.InFlight())
 }
 
-// TestCallsWaitingAreBounded: a tenant's calls beyond the share's waiting
-// bound are refused with ResourceExhausted, naming calls_in_flight.
+// TestCallsWaitingAreBounded: a tenant's calls beyond the share's bounds
+// on its waiting calls are refused with ResourceExhausted, naming the
+// bound: their count (calls_in_flight), or their requests' bytes
+// (call_bytes_waiting), where a small request still waits.
 func TestCallsWaitingAreBounded(t *testing.T) {
 	t.Parallel()
-	share := tenancy.NewFairShare(1, 1, api.DefaultCallBytesWaiting)
-	e, held := heldEnv(t, share)
-	busy := e.all(e.tenant("busy", nil))
-	ctx := t.Context()
-	done := make(chan error, 2)
-	for range 2 {
-		countAsync(ctx, busy, done)
-	}
-	require.Eventually(t, func() bool { return share.InFlight() == 1 && share.Waiting("busy") == 1 }, 10*time.Second, time.Millisecond)
-	_, err := busy.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
-	requireCode(t, err, connect.CodeResourceExhausted, tenancy.ResourceCallsInFlight)
-	for range 2 {
-		held.let <- struct{}{}
-	}
-	for range 2 {
-		require.NoError(t, <-done)
-	}
-}
-
-// TestCallBytesWaitingAreBounded: past the bytes a tenant's waiting calls
-// may hold, a call is refused with ResourceExhausted, naming
-// call_bytes_waiting; its size is its request's.
-func TestCallBytesWaitingAreBounded(t *testing.T) {
-	t.Parallel()
-	share := tenancy.NewFairShare(1, 8, 64)
-	e, held := heldEnv(t, share)
-	busy := e.all(e.tenant("busy", nil))
-	ctx := t.Context()
-	done := make(chan error, 3)
-	for range 2 {
-		countAsync(ctx, busy, done)
-	}
-	require.Eventually(t, func() bool { return share.InFlight() == 1 && share.Waiting("busy") == 1 }, 10*time.Second, time.Millisecond)
-	// A small request still waits beside the one waiting.
-	countAsync(ctx, busy, done)
-	require.Eventually(t, func() bool { return share.Waiting("busy") == 2 }, 10*time.Second, time.Millisecond)
-	ids := []string{strings.Repeat("a", 40), strings.Repeat("b", 40)}
-	_, err := busy.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{Filter: &orchardv1.InstanceFilter{InstanceIds: ids}}))
-	requireCode(t, err, connect.CodeResourceExhausted, tenancy.ResourceCallBytesWaiting)
-	for range 3 {
-		held.let <- struct{}{}
-	}
-	for range 3 {
-		require.NoError(t, <-done)
+	big := &orchardv1.InstanceFilter{InstanceIds: []string{strings.Repeat("a", 40), strings.Repeat("b", 40)}}
+	for _, c := range []struct {
+		name     string
+		share    *tenancy.FairShare
+		waiting  int
+		refused  *orchardv1.InstanceFilter
+		resource string
+	}{
+		{"count", tenancy.NewFairShare(1, 1, api.DefaultCallBytesWaiting), 1, nil, tenancy.ResourceCallsInFlight},
+		{"bytes", tenancy.NewFairShare(1, 8, 64), 2, big, tenancy.ResourceCallBytesWaiting},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e, held := heldEnv(t, c.share)
+			busy := e.all(e.tenant("busy", nil))
+			ctx := t.Context()
+			calls := 1 + c.waiting
+			done := make(chan error, calls)
+			for range calls {
+				countAsync(ctx, busy, done)
+			}
+			require.Eventually(t, func() bool { return c.share.InFlight() == 1 && c.share.Waiting("busy") == c.waiting },
+				10*time.Second, time.Millisecond)
+			// Refused at once; should it wait instead, the deadline fails it.
+			refuseCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := busy.client.CountInstances(refuseCtx, req(&orchardv1.CountInstancesRequest{Filter: c.refused}))
+			requireCode(t, err, connect.CodeResourceExhausted, c.resource)
+			for range calls {
+				held.let <- struct{}{}
+			}
+			for range calls {
+				require.NoError(t, <-done)
+			}
+		})
 	}
 }
