@@ -39,10 +39,13 @@ tenants:
       - { kind: event, rate: 5 }
   - id: lt-two
     loads:
-      - { kind: sub-orchestration, in_flight: 1 }
-      - { kind: fan-out, width: 3, in_flight: 1 }
+      - { kind: sub-orchestration, rate: 5 }
+      - { kind: fan-out, width: 3, rate: 5 }
 `))
 	require.NoError(t, err)
+	// lt-two keeps the default limits, so its loads are open loops well
+	// within the default request rate: closed loops on a fast machine
+	// passed it, and had calls refused.
 	// A loaded machine may complete nothing in three seconds: run again
 	// (the tenants and definitions are reused) until a run completes some.
 	var rep *Report
