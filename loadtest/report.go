@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -75,6 +76,30 @@ type TimelinePoint struct {
 	P99       float64 `json:"p99_ms"`
 }
 
+// steadyTail is how many orchestrations a p99 should rest on before it is
+// more than its few slowest: two runs of 150 differ by half.
+const steadyTail = 1000
+
+// p99Rank is the rank, from the fastest, of the latency HdrHistogram gives
+// as the p99 of n (its percentileRank).
+func p99Rank(n int64) int64 { return min(max(int64(0.99*float64(n)+0.5), 1), n) }
+
+// ordinal spells n (1 or more) as "1st", "2nd", "3rd", "4th"...
+func ordinal(n int64) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return strconv.FormatInt(n, 10) + suffix
+}
+
 func latencyOf(h *hdrhistogram.Histogram) Latency {
 	ms := func(micros int64) float64 { return float64(micros) / 1000 }
 	return Latency{
@@ -130,6 +155,15 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 		tr.Throughput = perSecond(tr.Completed, seconds)
 		tr.Latency = latencyOf(perTenant[t.ID])
 		rep.Tenants = append(rep.Tenants, *tr)
+		if tr.Completed > 0 && tr.Completed < steadyTail {
+			noun := "orchestrations"
+			if tr.Completed == 1 {
+				noun = "orchestration"
+			}
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s's p99 rests on %d %s: its %s slowest; "+
+				"a run long or busy enough for %d gives a steadier tail",
+				t.ID, tr.Completed, noun, ordinal(tr.Completed-p99Rank(tr.Completed)+1), steadyTail))
+		}
 	}
 	rep.Total.Throughput = perSecond(rep.Total.Completed, seconds)
 	rep.Total.Latency = latencyOf(total)

@@ -10,6 +10,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestP99RestsOn: the note names the sample HdrHistogram takes as the p99.
+func TestP99RestsOn(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int64{1, 10, 150, 999} {
+		h := newHistogram()
+		for i := int64(1); i <= n; i++ {
+			require.NoError(t, h.RecordValue(i))
+		}
+		require.Equal(t, h.ValueAtQuantile(99), p99Rank(n), "n=%d", n)
+	}
+	require.Equal(t, []string{"1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "102nd"},
+		[]string{ordinal(1), ordinal(2), ordinal(3), ordinal(4), ordinal(11), ordinal(12), ordinal(13), ordinal(21), ordinal(102)})
+}
+
 func TestReportSumsLoadsAndTenants(t *testing.T) {
 	t.Parallel()
 	plan, err := ParsePlan([]byte(`
@@ -46,6 +60,10 @@ tenants:
 	require.Equal(t, int64(12), rep.Total.Completed)
 	require.Equal(t, map[string]int64{"ended_Failed": 1}, rep.Total.Errors)
 	require.Len(t, rep.Timeline, 10+1+1)
+	require.Equal(t, []string{
+		"a's p99 rests on 11 orchestrations: its 1st slowest; a run long or busy enough for 1000 gives a steadier tail",
+		"b's p99 rests on 1 orchestration: its 1st slowest; a run long or busy enough for 1000 gives a steadier tail",
+	}, rep.Notes)
 
 	var sb strings.Builder
 	require.NoError(t, rep.WriteSummary(&sb))
