@@ -60,8 +60,8 @@ type Store struct {
 	orchestratorTurn string
 	workerTurn       map[string]string // task queue -> last tenant served
 
-	// failedAttempts counts the attempts that failed with an error retry
-	// retries, by reason (see attemptFailure).
+	// failedAttempts counts the transaction attempts that failed with an
+	// error that retry retries, by reason (see attemptFailure).
 	failedAttempts metric.Int64Counter
 
 	// onRetry, when set (by tests), sees every retried attempt.
@@ -102,7 +102,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	failed, err := opts.MeterProvider.Meter("github.com/orchardhq/orchard/pkg/store/crdb").Int64Counter(
 		"orchard.store.transaction.failed_attempts",
 		metric.WithDescription("Attempts of a store transaction that failed with an error the store retries, by reason: "+
-			"conflict (a serialization failure), deadlock, or unavailable (the database could not be reached)."))
+			"conflict (a serialization failure), deadlock, or connection (a connection that failed before the statement was sent)."))
 	if err != nil {
 		// Only a malformed instrument name fails.
 		panic(err)

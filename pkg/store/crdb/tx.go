@@ -157,14 +157,11 @@ func unwrapCommit(err error) error {
 	return err
 }
 
-// retryable classifies database errors once: serialization failures and
-// deadlocks restart the transaction; so does a connection error raised before
-// anything was sent.
 // The reasons of orchard.store.transaction.failed_attempts.
 var (
-	failedConflict    = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "conflict")))
-	failedDeadlock    = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "deadlock")))
-	failedUnavailable = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "unavailable")))
+	failedConflict   = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "conflict")))
+	failedDeadlock   = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "deadlock")))
+	failedConnection = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "connection")))
 )
 
 // attemptFailure is the reason of a retryable error.
@@ -178,9 +175,12 @@ func attemptFailure(err error) metric.AddOption {
 			return failedDeadlock
 		}
 	}
-	return failedUnavailable
+	return failedConnection
 }
 
+// retryable classifies database errors once: serialization failures and
+// deadlocks restart the transaction; so does a connection error raised before
+// anything was sent.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

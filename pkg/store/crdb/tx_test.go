@@ -258,9 +258,13 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), "postgres://postgres@"+dead+"/orchard?connect_timeout=2")
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s := New(pool, Options{MaxAttempts: 2})
+	reader := sdkmetric.NewManualReader()
+	s := New(pool, Options{MaxAttempts: 2, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	_, err = s.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: "t", InstanceID: "i"})
 	require.ErrorIs(t, err, store.ErrUnavailable)
+	// A database that cannot be reached fails the call at once: no
+	// attempt was retried, so none is counted.
+	require.Empty(t, failedAttempts(t, reader))
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
