@@ -132,9 +132,14 @@ type Place[T any] struct {
 	token string
 	lease time.Duration
 	max   int
+	// hold, for a loop's place, returns a turn to run in its taker's
+	// write (Hold).
+	hold func() store.HeldTurn
 	// Guarded by p.mu.
 	state waitState
 	items []T
+	// withdrawn: its waiter found it taken and waits for the delivery.
+	withdrawn bool
 	// done holds a value once a delivery came (of items, or of nothing).
 	done chan struct{}
 }
@@ -165,13 +170,48 @@ func (h *Handoff) Wait(tenant, queue string, lease time.Duration, most int) *Tas
 
 // Idle returns an idle dispatcher loop's place for a tenant's instances
 // (every tenant's when empty): an instance handed to it is leased for
-// lease with a token of its own. It is offered only by Offer. A nil
-// Handoff returns nil.
-func (h *Handoff) Idle(tenant string, lease time.Duration) *LoopPlace {
+// lease with a token of its own. It is offered only by Offer. hold, when
+// set, lets its taker run the instance's turn itself, in its write (Hold).
+// A nil Handoff returns nil.
+func (h *Handoff) Idle(tenant string, lease time.Duration, hold func() store.HeldTurn) *LoopPlace {
 	if h == nil {
 		return nil
 	}
-	return h.loops.place(handoffKey{tenant: tenant}, lease, 1)
+	w := h.loops.place(handoffKey{tenant: tenant}, lease, 1)
+	w.hold = hold
+	return w
+}
+
+// Hold returns a turn that the taker of a loop's place may run inside its
+// own write, in the place of the loop (store.EagerLease.Hold); nil when
+// the loop offers none. A taker that ran it gives the place back with
+// Return: the loop goes on waiting.
+func (w *Place[T]) Hold() store.HeldTurn {
+	if w == nil || w.hold == nil {
+		return nil
+	}
+	return w.hold()
+}
+
+// Return gives a taken place back undelivered, offered again: its taker
+// did the work itself (Hold). A waiter that already waits for the
+// delivery is delivered nothing instead, and looks on its own.
+func (w *Place[T]) Return() {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	if w.state != waitTaken {
+		return
+	}
+	if w.withdrawn {
+		w.state, w.withdrawn = waitIdle, false
+		select {
+		case w.done <- struct{}{}:
+		default:
+		}
+		return
+	}
+	w.state = waitOffered
+	w.p.waiting[w.key] = append(w.p.waiting[w.key], w)
 }
 
 func (ps *places[T]) place(k handoffKey, lease time.Duration, most int) *Place[T] {
@@ -218,6 +258,7 @@ func (w *Place[T]) Withdraw() (items []T, pending bool) {
 		w.p.remove(w)
 		w.state = waitIdle
 	case waitTaken:
+		w.withdrawn = true
 		return nil, true
 	}
 	items, w.items = w.items, nil
@@ -346,7 +387,7 @@ func (w *Place[T]) Deliver(items []T) (unwanted []T) {
 	if w.state == waitGone {
 		return items
 	}
-	w.state = waitIdle
+	w.state, w.withdrawn = waitIdle, false
 	w.items = append(w.items, items...)
 	select {
 	case w.done <- struct{}{}:

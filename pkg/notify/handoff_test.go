@@ -150,7 +150,7 @@ func TestHandoffQuiet(t *testing.T) {
 // of every tenant; like a poll's, one that left hands its delivery back.
 func TestHandoffIdleLoops(t *testing.T) {
 	h := NewHandoff(0)
-	all, mine, other := h.Idle("", time.Second), h.Idle("a", time.Second), h.Idle("b", time.Second)
+	all, mine, other := h.Idle("", time.Second, nil), h.Idle("a", time.Second, nil), h.Idle("b", time.Second, nil)
 	require.Nil(t, h.TakeIdle("a"), "a place not offered was taken")
 	all.Offer()
 	mine.Offer()
@@ -175,7 +175,7 @@ func TestHandoffIdleLoops(t *testing.T) {
 	require.Equal(t, []*store.OrchestrationItem{item}, all.Deliver([]*store.OrchestrationItem{item}))
 
 	var none *Handoff
-	require.Nil(t, none.Idle("a", time.Second))
+	require.Nil(t, none.Idle("a", time.Second, nil))
 	require.Nil(t, none.TakeIdle("a"))
-	none.Idle("a", time.Second).Offer()
+	none.Idle("a", time.Second, nil).Offer()
 }

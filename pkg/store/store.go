@@ -289,8 +289,35 @@ type EagerLease struct {
 	Token    string
 	Duration time.Duration
 	// Item is set by the call when it leased the instance: exactly what a
-	// claim of it would have returned. Nil otherwise.
+	// claim of it would have returned. Nil otherwise, and nil when Hold
+	// ran the instance's turn.
 	Item *OrchestrationItem
+	// Hold, when set, runs the leased instance's turn inside the write's
+	// own transaction, which then commits the write and the turn's ack
+	// together: one commit where there were two.
+	Hold HeldTurn
+	// Held is set by the call when Hold's turn ran in the write's
+	// transaction, which committed: Hold.Done was called.
+	Held bool
+}
+
+// A HeldTurn is the turn of the instance an eager write leases, run before
+// the write commits (EagerLease.Hold). The write may lease nothing (Turn
+// is then not called), or fail after Turn; whatever happens, Done is
+// called once Turn was.
+type HeldTurn interface {
+	// Turn gets the leased instance, as a claim would have returned it,
+	// and returns the ack of its turn to commit with the write. Nil commits
+	// the write alone: Done then finishes the turn after the commit.
+	Turn(ctx context.Context, it *OrchestrationItem) *AckOrchestrationItemParams
+	// Done reports the end of the write's transaction. acked: the ack that
+	// Turn returned committed with the write, and result is the turn's own
+	// outcome, as AckOrchestrationItems reports it (nil, or ErrLeaseLost).
+	// Otherwise nothing of the ack was written, and the holder acks on its
+	// own, as if handed the item after the commit: the lease is its own if
+	// the write committed it, lost if the write failed (the store then
+	// makes the write again, without any lease).
+	Done(ctx context.Context, acked bool, result error)
 }
 
 // StartOrchestrationResult tells what was created.

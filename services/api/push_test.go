@@ -248,10 +248,11 @@ func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)
 }
 
 // A start, and a task's completion, that find the dispatcher's loop idle
-// lease their instance to it in their own transaction and hand it over:
-// the loop runs both turns of a one-activity orchestration with no fetch
-// (counted, not timed: every poll interval is an hour). The activity's
-// task goes to the waiting poll with no claim either.
+// lease their instance in their own transaction and run its turn there, in
+// the loop's place: both turns of a one-activity orchestration run with no
+// fetch and no hint (counted, not timed: every poll interval is an hour),
+// and the loop stays idle. The activity's task goes to the waiting poll
+// with no claim either.
 func TestAStartAndACompletionHandTheirInstanceToAnIdleLoop(t *testing.T) {
 	t.Parallel()
 	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
@@ -284,7 +285,8 @@ func TestAStartAndACompletionHandTheirInstanceToAnIdleLoop(t *testing.T) {
 
 	after := d.Stats()
 	require.Equal(t, int64(2), after.Turns-before.Turns)
-	require.Equal(t, int64(2), after.Handed-before.Handed, "turns handed to the idle loop")
+	require.Equal(t, int64(2), after.Held-before.Held, "turns run in the idle loop's place")
+	require.Equal(t, 1, handoff.IdleLoops(), "the loop's place was not offered again")
 	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched an instance handed to it")
 	select {
 	case <-orchestrations.C:

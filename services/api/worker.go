@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 
 	"github.com/orchardhq/orchard/internal/traceparent"
 	"github.com/orchardhq/orchard/pkg/engine"
@@ -188,7 +189,13 @@ func eagerLease(place *notify.LoopPlace) *store.EagerLease {
 	if place == nil {
 		return nil
 	}
-	return &store.EagerLease{Token: place.Token(), Duration: place.Lease()}
+	e := &store.EagerLease{Token: place.Token(), Duration: place.Lease(), Hold: place.Hold()}
+	if e.Hold != nil {
+		// A token of the held turn's own: the place is offered again
+		// after it, and its token must not name two leases at once.
+		e.Token = uuid.NewString()
+	}
+	return e
 }
 
 // handOver delivers to a loop's place what the write leased to it (e.Item,
@@ -198,6 +205,11 @@ func eagerLease(place *notify.LoopPlace) *store.EagerLease {
 func (s *Server) handOver(ctx context.Context, place *notify.LoopPlace, e *store.EagerLease) bool {
 	if place == nil {
 		return false
+	}
+	if e.Held {
+		// The write ran the turn, in the loop's place: it goes on waiting.
+		place.Return()
+		return true
 	}
 	var items []*store.OrchestrationItem
 	if e.Item != nil {

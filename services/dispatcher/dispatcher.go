@@ -177,7 +177,7 @@ type Dispatcher struct {
 
 // stats counts what the loops did, for Stats.
 type stats struct {
-	turns, fetches, emptyPolls, leaseLosses, running, handed atomic.Int64
+	turns, fetches, emptyPolls, leaseLosses, running, handed, held atomic.Int64
 	// loopEmptyPolls counts each loop's empty fetches.
 	loopEmptyPolls []atomic.Int64
 }
@@ -201,6 +201,9 @@ type Stats struct {
 	// Handed is the number of instances handed to idle loops, leased by
 	// the write that made them due (eager start and completion).
 	Handed int64
+	// Held is the number of turns run in an idle loop's place inside the
+	// write that made their instance due (Hold).
+	Held int64
 }
 
 // New checks the config and builds a dispatcher.
@@ -300,6 +303,7 @@ func (d *Dispatcher) Stats() Stats {
 		LeaseLosses:      d.stats.leaseLosses.Load(),
 		Running:          d.stats.running.Load(),
 		Handed:           d.stats.handed.Load(),
+		Held:             d.stats.held.Load(),
 		EmptyPollsByLoop: make([]int64, len(d.stats.loopEmptyPolls)),
 	}
 	for i := range d.stats.loopEmptyPolls {
@@ -431,7 +435,7 @@ func failureBackoff() *backoff.ExponentialBackOff {
 // handed over is released at once (a delivery that comes after is
 // released by its deliverer).
 func (d *Dispatcher) idle(fetchCtx, turnCtx context.Context, wait time.Duration) ([]*store.OrchestrationItem, bool) {
-	place := d.cfg.Handoff.Idle(d.cfg.TenantID, d.cfg.LeaseDuration)
+	place := d.cfg.Handoff.Idle(d.cfg.TenantID, d.cfg.LeaseDuration, d.Hold)
 	place.Offer()
 	ok := d.sleep(fetchCtx, wait, place.Done())
 	items, pending := place.Withdraw()

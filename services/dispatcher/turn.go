@@ -90,43 +90,57 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 		return nil
 	}
 	defer leases.drop(items...)
-	now := d.cfg.Clock.Now()
 	turns := make([]*runningTurn, 0, len(items))
 	for _, it := range items {
-		d.observeBacklog(ctx, now, it)
-		t := &runningTurn{item: it, start: time.Now()}
-		parent, links := traceOf(ctx, it.Messages)
-		var sctx context.Context
-		sctx, t.span = d.tracer.Start(parent, "orchestration turn", trace.WithLinks(links...), trace.WithAttributes(
-			attribute.String("orchard.tenant", it.Lease.TenantID),
-			attribute.String("orchard.instance", it.Lease.InstanceID),
-			attribute.Int64("orchard.execution", it.Instance.CurrentExecutionID),
-			attribute.Int("orchard.messages", len(it.Messages)),
-		))
-		ack, in, err := d.turn(ctx, it)
-		t.in = in
+		t, err := d.startTurn(ctx, it)
 		if err != nil {
-			d.endTurn(ctx, t, "abandoned", err)
 			d.abandon(ctx, it, failureBackoff().NextBackOff())
 			continue
 		}
-		if tp := traceparent.Of(sctx); tp != "" {
-			for i := range ack.Activities {
-				ack.Activities[i].TraceContext = tp
-			}
-		}
-		t.ack = ack
-		t.span.SetAttributes(attribute.Int("orchard.events_appended", len(ack.History)))
 		turns = append(turns, t)
 	}
 	if len(turns) == 0 {
 		return nil
 	}
-
 	handed := d.handOver(turns)
 	if d.beforeAck != nil {
 		d.beforeAck(ctx, items)
 	}
+	results, err := d.ackTurns(ctx, turns)
+	return d.finishTurns(ctx, handed, turns, results, err)
+}
+
+// startTurn runs an instance's turn up to its ack. An error is the turn's
+// (its span ended, abandoned): the caller abandons the instance.
+func (d *Dispatcher) startTurn(ctx context.Context, it *store.OrchestrationItem) (*runningTurn, error) {
+	d.observeBacklog(ctx, d.cfg.Clock.Now(), it)
+	t := &runningTurn{item: it, start: time.Now()}
+	parent, links := traceOf(ctx, it.Messages)
+	var sctx context.Context
+	sctx, t.span = d.tracer.Start(parent, "orchestration turn", trace.WithLinks(links...), trace.WithAttributes(
+		attribute.String("orchard.tenant", it.Lease.TenantID),
+		attribute.String("orchard.instance", it.Lease.InstanceID),
+		attribute.Int64("orchard.execution", it.Instance.CurrentExecutionID),
+		attribute.Int("orchard.messages", len(it.Messages)),
+	))
+	ack, in, err := d.turn(ctx, it)
+	t.in = in
+	if err != nil {
+		d.endTurn(ctx, t, "abandoned", err)
+		return nil, err
+	}
+	if tp := traceparent.Of(sctx); tp != "" {
+		for i := range ack.Activities {
+			ack.Activities[i].TraceContext = tp
+		}
+	}
+	t.ack = ack
+	t.span.SetAttributes(attribute.Int("orchard.events_appended", len(ack.History)))
+	return t, nil
+}
+
+// ackTurns acks turns in one transaction.
+func (d *Dispatcher) ackTurns(ctx context.Context, turns []*runningTurn) ([]error, error) {
 	params := &store.AckOrchestrationItemsParams{Turns: make([]*store.AckOrchestrationItemParams, len(turns))}
 	for i, t := range turns {
 		params.Turns[i] = t.ack
@@ -138,6 +152,13 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 		// by one, and end the execution of a turn refused on its own.
 		results, err = d.ackOneByOne(ctx, turns), nil
 	}
+	return results, err
+}
+
+// finishTurns does what follows turns' ack (results, err as
+// AckOrchestrationItems returns them): it hands the tasks to the polls
+// whose places were taken, sends the hints, and ends the turns.
+func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns []*runningTurn, results []error, err error) error {
 	d.deliver(ctx, handed, turns, results, err)
 	if err != nil {
 		for _, t := range turns {
@@ -174,6 +195,51 @@ func (d *Dispatcher) runTurns(ctx context.Context, leases *leaseKeeper, items []
 	}
 	d.cfg.Notifier.Notify(ctx, hints...)
 	return nil
+}
+
+// heldTurn is a turn an API call of this process runs inside the
+// transaction of its write, which made the instance due and leased it
+// (store.HeldTurn): the write and the turn's ack commit together. What
+// follows the ack runs in Done, after the commit, as after any ack.
+type heldTurn struct {
+	d      *Dispatcher
+	item   *store.OrchestrationItem
+	turn   *runningTurn // nil when the turn failed
+	handed []*handover
+}
+
+// Hold returns a turn to run inside an API call's write (see heldTurn).
+func (d *Dispatcher) Hold() store.HeldTurn { return &heldTurn{d: d} }
+
+func (h *heldTurn) Turn(ctx context.Context, it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	h.item = it
+	t, err := h.d.startTurn(ctx, it)
+	if err != nil {
+		return nil
+	}
+	h.turn = t
+	h.handed = h.d.handOver([]*runningTurn{t})
+	return t.ack
+}
+
+func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
+	d := h.d
+	// The API call's context may end with its response; what follows the
+	// ack must still happen.
+	ctx = context.WithoutCancel(ctx)
+	if h.turn == nil {
+		d.abandon(ctx, h.item, failureBackoff().NextBackOff())
+		return
+	}
+	d.stats.held.Add(1)
+	turns := []*runningTurn{h.turn}
+	results, err := []error{result}, error(nil)
+	if !acked {
+		results, err = d.ackTurns(ctx, turns)
+	}
+	if err := d.finishTurns(ctx, h.handed, turns, results, err); err != nil {
+		d.log.Warn("held turn: ack failed", "error", err)
+	}
 }
 
 // handover is a poll's place taken by an ack, with the tasks the ack

@@ -79,30 +79,11 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 	}, func(br pgx.BatchResults) error {
 		clear(held)
 		for n, tenant := range tenants {
-			idx := byTenant[tenant]
-			for range before[n] {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			rows, err := br.Query()
+			ok, err := readAck(br, before[n], after[n])
 			if err != nil {
 				return err
 			}
-			done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return err
-			}
-			for range after[n] {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			ok := map[string]bool{}
-			for _, id := range done {
-				ok[id] = true
-			}
-			for _, i := range idx {
+			for _, i := range byTenant[tenant] {
 				held[i] = ok[p.Turns[i].Lease.InstanceID]
 			}
 		}
@@ -117,6 +98,34 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 		}
 	}
 	return results, nil
+}
+
+// readAck reads the results of what queueAck queued for one tenant: the
+// instances whose turns held.
+func readAck(br pgx.BatchResults, before, after int) (map[string]bool, error) {
+	for range before {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	for range after {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	ok := make(map[string]bool, len(done))
+	for _, id := range done {
+		ok[id] = true
+	}
+	return ok, nil
 }
 
 func validateAck(p *store.AckOrchestrationItemParams) error {

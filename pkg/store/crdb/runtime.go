@@ -68,44 +68,66 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	if err != nil {
 		return nil, err
 	}
-	token := uuid.NewString()
-	if p.Eager != nil {
-		token = p.Eager.Token
-	}
-	var created bool
-	var leased leasedInputs
-	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+	eager := p.Eager
+	queue := func(b *pgx.Batch) {
+		token := uuid.NewString()
+		if eager != nil {
+			token = eager.Token
+		}
 		b.Queue(sqlStartOrchestration, namedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
 			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning,
 			"lease_token": token, "leased_until": until})
-		if p.Eager != nil {
-			s.queueLeasedInputs(b, token, now)
-		}
-	}, func(br pgx.BatchResults) error {
+	}
+	var created bool
+	readCreated := func(br pgx.BatchResults) (bool, error) {
 		tag, err := br.Exec()
 		created = tag.RowsAffected() == 1
-		if err != nil || p.Eager == nil {
+		return created, err
+	}
+	result := &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}
+	if eager != nil && eager.Hold != nil {
+		var again heldAgain
+		created, again, err = s.heldWrite(ctx, eager, now, until, queue, readCreated)
+		switch {
+		case err != nil:
+			return nil, err
+		case again == heldCommitted && !created:
+			return nil, s.startRefusal(ctx, p)
+		case again == heldCommitted:
+			return result, nil
+		case again == againBare:
+			eager, until = nil, 0
+		}
+	}
+	var leased leasedInputs
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		queue(b)
+		if eager != nil {
+			s.queueLeasedInputs(b, eager.Token, now)
+		}
+	}, func(br pgx.BatchResults) error {
+		if _, err := readCreated(br); err != nil || eager == nil {
 			return err
 		}
 		return leased.read(br)
 	})
 	if err != nil {
-		if p.Eager != nil {
-			s.releaseFailedClaim(ctx, token)
+		if eager != nil {
+			s.releaseFailedClaim(ctx, eager.Token)
 		}
 		return nil, err
 	}
 	if !created {
 		return nil, s.startRefusal(ctx, p)
 	}
-	if p.Eager != nil {
-		if err := s.eagerItem(ctx, p.Eager, &leased, until); err != nil {
+	if eager != nil {
+		if err := s.eagerItem(ctx, eager, &leased, until); err != nil {
 			return nil, err
 		}
 	}
-	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
+	return result, nil
 }
 
 // startRefusal says why a start created nothing: its id is taken, else the

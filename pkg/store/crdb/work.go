@@ -129,27 +129,53 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	if err != nil {
 		return err
 	}
-	var done bool
-	var leased leasedInputs
-	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+	args := func(until int64) namedArgs {
 		lease := namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
 		if p.Result == nil {
-			b.Queue(sqlAckWork, lease)
-			return
+			return lease
 		}
 		lease["kind"], lease["payload"], lease["now"], lease["trace_context"] = p.Result.Kind, p.Result.Payload, now, p.TraceContext
 		lease["lease_token"], lease["leased_until"] = nil, until
-		if eager != nil {
+		if until > 0 {
 			lease["lease_token"] = eager.Token
 		}
-		b.Queue(sqlAckWorkWithResult, lease)
+		return lease
+	}
+	queue := func(b *pgx.Batch) {
+		if p.Result == nil {
+			b.Queue(sqlAckWork, args(0))
+		} else {
+			b.Queue(sqlAckWorkWithResult, args(until))
+		}
+	}
+	var done bool
+	readAcked := func(br pgx.BatchResults) (bool, error) {
+		tag, err := br.Exec()
+		done = tag.RowsAffected() == 1
+		return done, err
+	}
+	if eager != nil && eager.Hold != nil {
+		var again heldAgain
+		done, again, err = s.heldWrite(ctx, eager, now, until, queue, readAcked)
+		switch {
+		case err != nil:
+			return err
+		case again == heldCommitted && !done:
+			return workLeaseLost(p.Lease)
+		case again == heldCommitted:
+			return nil
+		case again == againBare:
+			eager, until = nil, 0
+		}
+	}
+	var leased leasedInputs
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		queue(b)
 		if eager != nil {
 			s.queueLeasedInputs(b, eager.Token, now)
 		}
 	}, func(br pgx.BatchResults) error {
-		tag, err := br.Exec()
-		done = tag.RowsAffected() == 1
-		if err != nil || eager == nil {
+		if _, err := readAcked(br); err != nil || eager == nil {
 			return err
 		}
 		return leased.read(br)

@@ -1,0 +1,126 @@
+package crdb
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// heldAgain says how a write whose eager lease holds its instance's turn
+// (heldWrite) is to be made again when its attempt committed nothing.
+type heldAgain int
+
+const (
+	heldCommitted heldAgain = iota // nothing to do again: the write committed, or took no effect
+	againEager                     // the turn did not run: again, eagerly as without Hold
+	againBare                      // the turn ran and its holder was told: again, with no lease
+)
+
+// heldWrite makes a write that leases its instance eagerly with the turn
+// held (store.EagerLease.Hold), on one connection in two round trips:
+// BEGIN, the write and LeasedInputs; then the turn's ack and COMMIT. The
+// turn runs in between, so the write and the turn's ack commit together,
+// at READ COMMITTED like each of them alone. write queues the write, and
+// read reads its result and says whether it took effect (when it did not,
+// nothing is committed). A write that leased no instance a turn can take
+// (leased already, or with nothing to consume) commits alone, and sets
+// e.Item as without Hold. The attempt is not retried here: on a failure
+// the caller makes the write again, as the returned heldAgain says.
+func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
+	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done bool, again heldAgain, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, againEager, nil
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	write(b)
+	s.queueLeasedInputs(b, e.Token, now)
+	br := conn.SendBatch(ctx, b)
+	var leased leasedInputs
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		var err error
+		if done, err = read(br); err != nil || !done {
+			return err
+		}
+		return leased.read(br)
+	}()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	// A no-op once committed; before Done, so that the holder's own ack
+	// does not wait for the rows of a failed attempt.
+	rollback := func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}
+	defer rollback()
+	if err != nil {
+		return false, againEager, nil
+	}
+	if !done {
+		return false, heldCommitted, nil
+	}
+	in := leased.claimed
+	if len(in) != 1 || in[0].Name == "" || len(leased.messages[in[0].InstanceID]) == 0 {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return false, heldCommitted, err
+		}
+		return true, heldCommitted, s.eagerItem(ctx, e, &leased, until)
+	}
+	items, _, err := s.leasedItems(ctx, &leased, e.Token, until)
+	if err != nil || len(items) != 1 {
+		return false, againEager, nil
+	}
+	ack := e.Hold.Turn(ctx, items[0])
+	acked, result, err := s.commitHeld(ctx, conn, ack)
+	if err != nil {
+		rollback()
+		e.Hold.Done(ctx, false, nil)
+		return false, againBare, nil
+	}
+	e.Held = true
+	e.Hold.Done(ctx, acked, result)
+	return true, heldCommitted, nil
+}
+
+// commitHeld commits a held turn's ack with the write before it, in one
+// round trip (acked: with the ack, whose outcome is result), or the write
+// alone when there is no ack or the store would refuse it: its holder then
+// acks on its own, and sees the refusal there.
+func (s *Store) commitHeld(ctx context.Context, conn interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, ack *store.AckOrchestrationItemParams) (acked bool, result error, err error) {
+	b := &pgx.Batch{}
+	var before, after int
+	acked = ack != nil && validateAck(ack) == nil && validToken(ack.Lease.Token) && validToken(ack.MessageIDs...)
+	if acked {
+		before, after = queueAck(b, ack.Lease.TenantID, []*store.AckOrchestrationItemParams{ack}, s.now())
+	}
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	err = func() error {
+		if acked {
+			ok, err := readAck(br, before, after)
+			if err != nil {
+				return err
+			}
+			if !ok[ack.Lease.InstanceID] {
+				result = leaseLost(ack.Lease)
+			}
+		}
+		_, err := br.Exec()
+		return err
+	}()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return acked, result, err
+}
