@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -178,4 +179,54 @@ func TestHandoffIdleLoops(t *testing.T) {
 	require.Nil(t, none.Idle("a", time.Second, nil))
 	require.Nil(t, none.TakeIdle("a"))
 	none.Idle("a", time.Second, nil).Offer()
+}
+
+// heldTurn is a store.HeldTurn that does nothing, to tell one apart.
+type heldTurn struct{ n int }
+
+func (*heldTurn) Turn(context.Context, *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	return nil
+}
+func (*heldTurn) Done(context.Context, bool, error) {}
+
+// A loop's place offers its loop's held turns, a new one each time; a
+// taker that ran one gives the place back: offered again, its loop still
+// waiting, unless the loop already waits for the delivery, which is then
+// empty.
+func TestHandoffReturnedPlace(t *testing.T) {
+	h := NewHandoff(0)
+	n := 0
+	w := h.Idle("a", time.Second, func() store.HeldTurn { n++; return &heldTurn{n: n} })
+	require.Nil(t, h.Idle("a", time.Second, nil).Hold(), "a place with no held turns offered one")
+	w.Offer()
+	require.Same(t, w, h.TakeIdle("a"))
+	first, second := w.Hold(), w.Hold()
+	require.NotSame(t, first, second, "one held turn for two takers")
+
+	w.Return()
+	require.Equal(t, 1, h.IdleLoops(), "a returned place was not offered again")
+	select {
+	case <-w.Done():
+		t.Fatal("a returned place woke its loop")
+	default:
+	}
+	require.Same(t, w, h.TakeIdle("a"))
+
+	// Its loop stopped sleeping and waits for the delivery.
+	items, pending := w.Withdraw()
+	require.Empty(t, items)
+	require.True(t, pending)
+	w.Return()
+	require.Equal(t, 0, h.IdleLoops(), "a place whose loop waits for the delivery was offered again")
+	<-w.Done()
+	items, pending = w.Withdraw()
+	require.Empty(t, items)
+	require.False(t, pending)
+
+	// A loop that left: nothing.
+	w.Offer()
+	require.Same(t, w, h.TakeIdle("a"))
+	require.Empty(t, w.Leave())
+	w.Return()
+	require.Equal(t, 0, h.IdleLoops())
 }

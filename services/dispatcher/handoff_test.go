@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testwait"
@@ -199,4 +200,68 @@ func TestAnIdleLoopRunsWhatIsHandedToIt(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, got, "an instance released by its deliverer was not claimable")
 	require.Equal(t, "late", got.Lease.InstanceID)
+}
+
+// A turn held in a write runs in that write's transaction: a start's
+// first turn schedules the activity with no fetch, and the completion's
+// turn ends the instance. An instance whose lease lapsed before is a
+// suspect even so: the completion commits alone, and its turn runs after,
+// struck first, as a loop runs one (counted, not timed: the dispatcher
+// runs no loop).
+func TestATurnHeldInAWriteRunsThere(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	d := s.dispatcher(dispatcher.Config{})
+	ctx := t.Context()
+	held := func() *store.EagerLease {
+		return &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: d.Hold()}
+	}
+	start := func(id string) {
+		t.Helper()
+		kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: []byte(`7`)})
+		require.NoError(t, err)
+		e := held()
+		_, err = s.store.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: tenant, InstanceID: id, Name: "one",
+			Version: "1", Input: []byte(`7`), Start: store.Message{Kind: kind, Payload: payload}, Eager: e})
+		require.NoError(t, err)
+		require.True(t, e.Held, "the start's turn was not held")
+	}
+	task := func() *store.WorkItem {
+		t.Helper()
+		items, err := s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: "q", LeaseDuration: time.Minute, Max: 1})
+		require.NoError(t, err)
+		require.Len(t, items, 1, "the first turn scheduled no task")
+		return items[0]
+	}
+	complete := func(w *store.WorkItem) *store.EagerLease {
+		t.Helper()
+		kind, body, err := engine.EncodeMessage(engine.ActivityCompletedMessage{ExecutionID: w.ExecutionID, ActivityID: w.ActivityID,
+			Attempt: w.Attempt, Result: w.Input})
+		require.NoError(t, err)
+		e := held()
+		require.NoError(t, s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: kind, Payload: body}, Eager: e}))
+		return e
+	}
+
+	start("plain")
+	e := complete(task())
+	require.True(t, e.Held, "the completion's turn was not held")
+	require.Equal(t, store.StatusCompleted, s.instance("plain").Status)
+	require.Equal(t, int64(2), d.Stats().Held)
+	require.Zero(t, d.Stats().Fetches)
+
+	// A suspect: an event made it due, a claim took it and lapsed.
+	start("suspect")
+	w := task()
+	s.raise("suspect", "nudge", 1)
+	claimed, err := s.store.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, "suspect", claimed.Lease.InstanceID)
+	s.clock.Advance(time.Minute)
+	e = complete(w)
+	require.True(t, e.Held)
+	in := s.instance("suspect")
+	require.Equal(t, store.StatusCompleted, in.Status, "the suspect's turn did not run after the commit")
+	require.Equal(t, int64(3), d.Stats().Held, "a suspect's turn counted as held in the write")
+	require.Equal(t, []string{"execution_started", "activity_scheduled", "event_received", "activity_completed", "execution_completed"}, s.history("suspect", 1))
 }

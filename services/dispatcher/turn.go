@@ -202,10 +202,13 @@ func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns 
 // (store.HeldTurn): the write and the turn's ack commit together. What
 // follows the ack runs in Done, after the commit, as after any ack.
 type heldTurn struct {
-	d      *Dispatcher
-	item   *store.OrchestrationItem
-	turn   *runningTurn // nil when the turn failed
-	handed []*handover
+	d    *Dispatcher
+	item *store.OrchestrationItem
+	// suspect: the instance's lease lapsed before (runSuspect); its turn
+	// runs after the commit, struck first, as a loop runs it.
+	suspect bool
+	turn    *runningTurn // nil when the turn failed, or did not run
+	handed  []*handover
 }
 
 // Hold returns a turn to run inside an API call's write (see heldTurn).
@@ -213,6 +216,10 @@ func (d *Dispatcher) Hold() store.HeldTurn { return &heldTurn{d: d} }
 
 func (h *heldTurn) Turn(ctx context.Context, it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
 	h.item = it
+	if it.Claims > 1 {
+		h.suspect = true
+		return nil
+	}
 	t, err := h.d.startTurn(ctx, it)
 	if err != nil {
 		return nil
@@ -227,7 +234,13 @@ func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 	// The API call's context may end with its response; what follows the
 	// ack must still happen.
 	ctx = context.WithoutCancel(ctx)
-	if h.turn == nil {
+	switch {
+	case h.suspect:
+		if err := d.runBatch(ctx, []*store.OrchestrationItem{h.item}); err != nil {
+			d.log.Warn("held turn: suspect turn failed", "error", err)
+		}
+		return
+	case h.turn == nil:
 		d.abandon(ctx, h.item, failureBackoff().NextBackOff())
 		return
 	}

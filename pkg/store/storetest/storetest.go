@@ -53,6 +53,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartMaxRunning", testStartMaxRunning},
 		{"EagerStart", testEagerStart},
 		{"EagerCompletion", testEagerCompletion},
+		{"HeldStart", testHeldStart},
+		{"HeldCompletion", testHeldCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"WithdrawMessages", testWithdrawMessages},
