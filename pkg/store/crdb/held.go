@@ -34,7 +34,21 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	if err != nil {
 		return false, againEager, nil
 	}
-	defer conn.Release()
+	// release rolls back what did not commit, and gives the connection
+	// back: before Done, so that the holder's own ack neither waits for the
+	// rows of a failed attempt nor needs a second connection.
+	released := false
+	release := func() {
+		if released {
+			return
+		}
+		released = true
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		conn.Release()
+	}
+	defer release()
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	write(b)
@@ -54,14 +68,6 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
-	// A no-op once committed; before Done, so that the holder's own ack
-	// does not wait for the rows of a failed attempt.
-	rollback := func() {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}
-	defer rollback()
 	if err != nil {
 		return false, againEager, nil
 	}
@@ -70,7 +76,9 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	}
 	in := leased.claimed
 	if len(in) != 1 || in[0].Name == "" || len(leased.messages[in[0].InstanceID]) == 0 {
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		_, err := conn.Exec(ctx, "COMMIT")
+		release()
+		if err != nil {
 			return false, heldCommitted, err
 		}
 		return true, heldCommitted, s.eagerItem(ctx, e, &leased, until)
@@ -81,8 +89,8 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	}
 	ack := e.Hold.Turn(ctx, items[0])
 	acked, result, err := s.commitHeld(ctx, conn, ack)
+	release()
 	if err != nil {
-		rollback()
 		e.Hold.Done(ctx, false, nil)
 		return false, againBare, nil
 	}
