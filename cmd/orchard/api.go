@@ -226,12 +226,12 @@ const longPollConns = 8
 
 // colocatedDispatcher is the dispatcher `orchard api --dispatcher-loops`
 // runs beside the API: it shares the API's hints and a hand-over (set in
-// cfg too) of tasks to the worker polls waiting in the process, and of the
-// instances the API's starts and task completions make due to its idle
-// loops. A poll that
-// comes within 100 ms of a query that found its queue empty skips its own
-// query, as in ` + "`orchard dev`" + `: the tasks no hint announces (a retry's
-// after its delay) are found that much later at most.
+// cfg too) of tasks to the worker polls waiting in the process, and of its
+// idle loops' places to the API's starts and task completions, which run
+// the turns of the instances they make due in their own transactions. A
+// poll that comes within 100 ms of a query that found its queue empty
+// skips its own query, as in `orchard dev`: the tasks no hint announces (a
+// retry's after its delay) are found that much later at most.
 func colocatedDispatcher(tel *telemetry.Telemetry, st store.Store, notifier notify.Notifier, hinted bool, loops int, cfg *api.Config) (*dispatcher.Dispatcher, error) {
 	metrics, err := dispatcher.NewMetrics(tel.MeterProvider)
 	if err != nil {

@@ -30,15 +30,15 @@ import (
 // that lapsed, or scheduled by another process; quiet bounds how much
 // later they are found than by a query at once.
 //
-// Eager start and completion go the same way (Temporal's "eager workflow
-// start"), with a dispatcher loop for the poll: an idle loop offers its
-// place (Idle), and an API call whose write makes an instance due (a start,
-// a task's completion) takes it, leases the instance to it in its own
-// transaction (store.EagerLease), and after the commit delivers the item a
-// claim would have returned: the loop runs the turn with no claim, and no
-// hint. The same rules hold: a write that did not commit delivers an empty
-// delivery, and the loop fetches; a loop that left (it is stopping) hands
-// the lease back at once through its deliverer, or lets it lapse.
+// Eager start and completion (Temporal's "eager workflow start") use an
+// idle dispatcher loop's place: the loop offers it (Idle), with its
+// dispatcher's turns (Hold), and an API call whose write makes an instance
+// due (a start, a task's completion) takes it, leases the instance in its
+// own transaction and runs the turn there, in the loop's place
+// (store.EagerLease): the write and the turn's ack commit together, with
+// no claim and no hint. It then gives the place back (Return), and the
+// loop never woke. A write that ran no turn (it leased nothing, or failed)
+// delivers an empty delivery instead, and the loop fetches.
 type Handoff struct {
 	tasks places[*store.WorkItem]
 	loops places[*store.OrchestrationItem]
@@ -138,8 +138,6 @@ type Place[T any] struct {
 	// Guarded by p.mu.
 	state waitState
 	items []T
-	// withdrawn: its waiter found it taken and waits for the delivery.
-	withdrawn bool
 	// done holds a value once a delivery came (of items, or of nothing).
 	done chan struct{}
 }
@@ -182,10 +180,10 @@ func (h *Handoff) Idle(tenant string, lease time.Duration, hold func() store.Hel
 	return w
 }
 
-// Hold returns a turn that the taker of a loop's place may run inside its
-// own write, in the place of the loop (store.EagerLease.Hold); nil when
-// the loop offers none. A taker that ran it gives the place back with
-// Return: the loop goes on waiting.
+// Hold returns a turn that the taker of a loop's place runs inside its
+// own write, in the place of the loop (store.EagerLease); nil when the
+// loop offers none. A taker that ran it gives the place back with Return:
+// the loop goes on waiting.
 func (w *Place[T]) Hold() store.HeldTurn {
 	if w == nil || w.hold == nil {
 		return nil
@@ -194,20 +192,11 @@ func (w *Place[T]) Hold() store.HeldTurn {
 }
 
 // Return gives a taken place back undelivered, offered again: its taker
-// did the work itself (Hold). A waiter that already waits for the
-// delivery is delivered nothing instead, and looks on its own.
+// did the work itself (Hold). A place whose waiter left stays gone.
 func (w *Place[T]) Return() {
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
 	if w.state != waitTaken {
-		return
-	}
-	if w.withdrawn {
-		w.state, w.withdrawn = waitIdle, false
-		select {
-		case w.done <- struct{}{}:
-		default:
-		}
 		return
 	}
 	w.state = waitOffered
@@ -258,7 +247,6 @@ func (w *Place[T]) Withdraw() (items []T, pending bool) {
 		w.p.remove(w)
 		w.state = waitIdle
 	case waitTaken:
-		w.withdrawn = true
 		return nil, true
 	}
 	items, w.items = w.items, nil
@@ -387,7 +375,7 @@ func (w *Place[T]) Deliver(items []T) (unwanted []T) {
 	if w.state == waitGone {
 		return items
 	}
-	w.state, w.withdrawn = waitIdle, false
+	w.state = waitIdle
 	w.items = append(w.items, items...)
 	select {
 	case w.done <- struct{}{}:

@@ -274,27 +274,22 @@ type StartOrchestrationParams struct {
 	// start's own statement (concurrent starts may pass it together).
 	MaxRunning *int64
 	// Eager, when set, leases the new instance in the start's transaction
-	// to a dispatcher loop of this process that waits for work (eager
-	// start, see notify.Handoff): the first turn needs no claim.
+	// and runs its first turn there (eager start, see EagerLease): the
+	// turn needs no claim, and no commit of its own.
 	Eager *EagerLease
 }
 
 // EagerLease asks a write that makes an instance due (a start, a task's
 // completion) to lease the instance in its own transaction, as a claim
-// would (FetchOrchestrationItems), to a dispatcher loop waiting in the
-// caller's process. It is only a chance: nothing is leased when the
-// instance is leased already. The call sets Item.
+// would (FetchOrchestrationItems), and to run its turn there (Hold), for
+// a dispatcher loop waiting in the caller's process: the write and the
+// turn's ack commit together. It is only a chance: nothing is leased, and
+// no turn runs, when the instance is leased already.
 type EagerLease struct {
 	// Token and Duration are the lease's.
 	Token    string
 	Duration time.Duration
-	// Item is set by the call when it leased the instance: exactly what a
-	// claim of it would have returned. Nil otherwise, and nil when Hold
-	// ran the instance's turn.
-	Item *OrchestrationItem
-	// Hold, when set, runs the leased instance's turn inside the write's
-	// own transaction, which then commits the write and the turn's ack
-	// together: one commit where there were two.
+	// Hold runs the leased instance's turn inside the write's transaction.
 	Hold HeldTurn
 	// Held is set by the call when Hold's turn ran in the write's
 	// transaction, which committed: Hold.Done was called.
@@ -313,10 +308,10 @@ type HeldTurn interface {
 	// Done reports the end of the write's transaction. acked: the ack that
 	// Turn returned committed with the write, and result is the turn's own
 	// outcome, as AckOrchestrationItems reports it (nil, or ErrLeaseLost).
-	// Otherwise nothing of the ack was written, and the holder acks on its
-	// own, as if handed the item after the commit: the lease is its own if
-	// the write committed it, lost if the write failed (the store then
-	// makes the write again, without any lease).
+	// Otherwise nothing of the ack was written, and the holder acks (or
+	// abandons) the item on its own, as if it had claimed it: the lease is
+	// its own if the write committed it, lost if the write failed (the
+	// store then makes the write again, without any lease).
 	Done(ctx context.Context, acked bool, result error)
 }
 
@@ -504,7 +499,8 @@ type AckWorkItemParams struct {
 	// bytes; empty for none): the turn that consumes it continues it.
 	TraceContext string
 	// Eager, with a Result, leases the task's instance in the same
-	// transaction when it is free (eager completion, see EagerLease).
+	// transaction when it is free, and runs its turn there (eager
+	// completion, see EagerLease).
 	Eager *EagerLease
 }
 

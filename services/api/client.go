@@ -94,7 +94,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	} else {
 		c.s.ends.drop(ended)
 	}
-	if !c.s.handOver(ctx, place, p.Eager) && err == nil {
+	if !c.s.handOver(place, p.Eager) && err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
 	}
 	if errors.Is(err, store.ErrTooManyRunning) {

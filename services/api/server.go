@@ -97,9 +97,9 @@ type Config struct {
 	Notifier notify.Notifier
 	// Handoff, shared with the dispatcher of this process, lets its acks
 	// hand the tasks they schedule to the PollActivityTasks waiting here,
-	// and this API's starts and task completions hand the instances they
-	// make due to its idle loops, with no claim (see notify.Handoff). Nil:
-	// none.
+	// and this API's starts and task completions that find a loop idle
+	// run the turn of the instance they make due in their own transaction,
+	// in the loop's place, with no claim (see notify.Handoff). Nil: none.
 	Handoff *notify.Handoff
 	// Hinted says that the dispatchers' hints reach Notifier: they run in
 	// this process, or hints cross processes. A WaitForCompletion then

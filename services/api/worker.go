@@ -176,56 +176,38 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	p := &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
 		TraceContext: traceparent.Of(ctx), Eager: eagerLease(place)}
 	err = w.s.store.AckWorkItem(ctx, p)
-	if !w.s.handOver(ctx, place, p.Eager) && err == nil {
+	if !w.s.handOver(place, p.Eager) && err == nil {
 		w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
 	}
 	return err
 }
 
-// eagerLease asks a write that makes an instance due to lease it to the
-// idle dispatcher loop whose place the API took (eager start and
-// completion, see notify.Handoff); nil without a place.
+// eagerLease asks a write that makes an instance due to lease it and run
+// its turn in its own transaction, in the place of the idle dispatcher
+// loop whose place the API took (eager start and completion, see
+// notify.Handoff); nil without a place.
 func eagerLease(place *notify.LoopPlace) *store.EagerLease {
-	if place == nil {
+	hold := place.Hold()
+	if hold == nil {
 		return nil
 	}
-	e := &store.EagerLease{Token: place.Token(), Duration: place.Lease(), Hold: place.Hold()}
-	if e.Hold != nil {
-		// A token of the held turn's own: the place is offered again
-		// after it, and its token must not name two leases at once.
-		e.Token = uuid.NewString()
-	}
-	return e
+	return &store.EagerLease{Token: uuid.NewString(), Duration: place.Lease(), Hold: hold}
 }
 
-// handOver delivers to a loop's place what the write leased to it (e.Item,
-// nil when it leased nothing or failed: the loop then fetches), and says
-// whether the loop got an instance: then no hint is needed. An instance
-// whose loop left meanwhile is released at once.
-func (s *Server) handOver(ctx context.Context, place *notify.LoopPlace, e *store.EagerLease) bool {
+// handOver gives back the loop's place in which the write ran the turn
+// (e.Held), and says whether it did: then no hint is needed. A write that
+// ran no turn (it leased nothing, or failed) wakes the loop instead, to
+// fetch.
+func (s *Server) handOver(place *notify.LoopPlace, e *store.EagerLease) bool {
 	if place == nil {
 		return false
 	}
-	if e.Held {
-		// The write ran the turn, in the loop's place: it goes on waiting.
+	if e != nil && e.Held {
 		place.Return()
 		return true
 	}
-	var items []*store.OrchestrationItem
-	if e.Item != nil {
-		items = append(items, e.Item)
-	}
-	unwanted := place.Deliver(items)
-	for _, it := range unwanted {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err := s.store.AbandonOrchestrationItem(rctx, &store.AbandonOrchestrationItemParams{Lease: it.Lease})
-		cancel()
-		if err != nil {
-			s.log.WarnContext(ctx, "api: could not release an instance leased to a dispatcher loop that left; it waits for its lease to lapse",
-				slog.String("tenant", it.Lease.TenantID), slog.String("instance", it.Lease.InstanceID), slog.Any("error", err))
-		}
-	}
-	return len(items) > len(unwanted)
+	place.Deliver(nil)
+	return false
 }
 
 func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {

@@ -74,8 +74,9 @@ type Config struct {
 	// Handoff, shared with the API of this process, lets an ack that
 	// schedules a task due now hand it to a PollActivityTask waiting for
 	// its task queue, leased to it, with no claim; and lets the API's
-	// starts and task completions lease the instance they make due to an
-	// idle loop and hand it over (see notify.Handoff). Nil: none.
+	// starts and task completions that find a loop idle lease the instance
+	// they make due and run its turn in their own transaction, in the
+	// loop's place (Hold; see notify.Handoff). Nil: none.
 	Handoff *notify.Handoff
 	// Hinted says that a hint reaches Notifier for every message queued
 	// for an instance: the API runs in this process, or hints cross
@@ -177,7 +178,7 @@ type Dispatcher struct {
 
 // stats counts what the loops did, for Stats.
 type stats struct {
-	turns, fetches, emptyPolls, leaseLosses, running, handed, held atomic.Int64
+	turns, fetches, emptyPolls, leaseLosses, running, held atomic.Int64
 	// loopEmptyPolls counts each loop's empty fetches.
 	loopEmptyPolls []atomic.Int64
 }
@@ -198,9 +199,6 @@ type Stats struct {
 	Running int64
 	// EmptyPollsByLoop is EmptyPolls for each loop.
 	EmptyPollsByLoop []int64
-	// Handed is the number of instances handed to idle loops, leased by
-	// the write that made them due (eager start and completion).
-	Handed int64
 	// Held is the number of turns run in an idle loop's place inside the
 	// write that made their instance due (Hold).
 	Held int64
@@ -302,7 +300,6 @@ func (d *Dispatcher) Stats() Stats {
 		EmptyPolls:       d.stats.emptyPolls.Load(),
 		LeaseLosses:      d.stats.leaseLosses.Load(),
 		Running:          d.stats.running.Load(),
-		Handed:           d.stats.handed.Load(),
 		Held:             d.stats.held.Load(),
 		EmptyPollsByLoop: make([]int64, len(d.stats.loopEmptyPolls)),
 	}
@@ -329,22 +326,11 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := failureBackoff()
 	for fetchCtx.Err() == nil {
-		var handed []*store.OrchestrationItem
-		if wait > 0 {
-			var ok bool
-			if handed, ok = d.idle(fetchCtx, turnCtx, wait); !ok {
-				return
-			}
+		if wait > 0 && !d.idle(fetchCtx, wait) {
+			return
 		}
 		hints := d.hints.Load()
-		var more bool
-		var err error
-		if len(handed) > 0 {
-			d.stats.handed.Add(int64(len(handed)))
-			more, err = d.run(fetchCtx, turnCtx, handed)
-		} else {
-			more, err = d.fetchAndRun(fetchCtx, turnCtx, n)
-		}
+		more, err := d.fetchAndRun(fetchCtx, turnCtx, n)
 		switch {
 		case errors.Is(err, errNoWork):
 			failures.Reset()
@@ -404,8 +390,8 @@ func (d *Dispatcher) fetchAndRun(fetchCtx, turnCtx context.Context, n int) (bool
 	return d.run(fetchCtx, turnCtx, items)
 }
 
-// run runs a batch, fetched or handed over, and reports whether more work
-// may wait that no hint announces (see fetchAndRun).
+// run runs a fetched batch, and reports whether more work may wait that
+// no hint announces (see fetchAndRun).
 func (d *Dispatcher) run(fetchCtx, turnCtx context.Context, items []*store.OrchestrationItem) (bool, error) {
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
@@ -429,43 +415,22 @@ func failureBackoff() *backoff.ExponentialBackOff {
 
 // idle waits like sleep, with its place offered to the API of this
 // process (Config.Handoff): a start or a task's completion that makes an
-// instance due may lease it to the loop in its own transaction and hand
-// it over (eager start and completion). It returns what was handed over,
-// to run with no claim; false when fetchCtx ended, and then what was
-// handed over is released at once (a delivery that comes after is
-// released by its deliverer).
-func (d *Dispatcher) idle(fetchCtx, turnCtx context.Context, wait time.Duration) ([]*store.OrchestrationItem, bool) {
+// instance due may take it, and lease the instance and run its turn in
+// its own transaction, in the loop's place (Hold); one that could not
+// wakes the loop, to fetch. It returns false when fetchCtx ended.
+func (d *Dispatcher) idle(fetchCtx context.Context, wait time.Duration) bool {
 	place := d.cfg.Handoff.Idle(d.cfg.TenantID, d.cfg.LeaseDuration, d.Hold)
 	place.Offer()
 	ok := d.sleep(fetchCtx, wait, place.Done())
-	items, pending := place.Withdraw()
-	if pending && ok {
-		// Taken: its delivery follows its taker's commit. A lease the
-		// taker took lapses after LeaseDuration: no longer to wait.
-		t := time.NewTimer(d.cfg.LeaseDuration)
-		select {
-		case <-place.Done():
-			items, _ = place.Withdraw()
-		case <-t.C:
-		case <-fetchCtx.Done():
-			ok = false
-		}
-		t.Stop()
-	}
-	items = append(items, place.Leave()...)
-	if !ok {
-		for _, it := range items {
-			d.abandon(turnCtx, it, 0)
-		}
-		return nil, false
-	}
-	return items, true
+	// A taker that runs a turn in the place goes on without the loop.
+	place.Leave()
+	return ok
 }
 
 // sleep waits for wait, or until another loop wakes the idle ones, or a
-// hint wakes this one, or handed signals, or ctx ends; false when ctx
+// hint wakes this one, or woken signals, or ctx ends; false when ctx
 // ended.
-func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration, handed <-chan struct{}) bool {
+func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration, woken <-chan struct{}) bool {
 	d.wakeMu.Lock()
 	wake := d.wake
 	d.wakeMu.Unlock()
@@ -475,7 +440,7 @@ func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration, handed <-cha
 	case <-t.C:
 	case <-wake:
 	case <-d.kick:
-	case <-handed:
+	case <-woken:
 	case <-ctx.Done():
 		return false
 	}

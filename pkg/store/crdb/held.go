@@ -8,31 +8,22 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// heldAgain says how a write whose eager lease holds its instance's turn
-// (heldWrite) is to be made again when its attempt committed nothing.
-type heldAgain int
-
-const (
-	heldCommitted heldAgain = iota // nothing to do again: the write committed, or took no effect
-	againEager                     // the turn did not run: again, eagerly as without Hold
-	againBare                      // the turn ran and its holder was told: again, with no lease
-)
-
-// heldWrite makes a write that leases its instance eagerly with the turn
-// held (store.EagerLease.Hold), on one connection in two round trips:
-// BEGIN, the write and LeasedInputs; then the turn's ack and COMMIT. The
-// turn runs in between, so the write and the turn's ack commit together,
-// at READ COMMITTED like each of them alone. write queues the write, and
-// read reads its result and says whether it took effect (when it did not,
+// heldWrite makes a write that leases its instance eagerly and runs its
+// turn (store.EagerLease), on one connection in two round trips: BEGIN,
+// the write and LeasedInputs; then the turn's ack and COMMIT. The turn
+// runs in between, so the write and the turn's ack commit together, at
+// READ COMMITTED like each of them alone. write queues the write, and read
+// reads its result and says whether it took effect (when it did not,
 // nothing is committed). A write that leased no instance a turn can take
-// (leased already, or with nothing to consume) commits alone, and sets
-// e.Item as without Hold. The attempt is not retried here: on a failure
-// the caller makes the write again, as the returned heldAgain says.
+// (leased already, or with nothing to consume) commits alone. The attempt
+// is not retried here: again says that it committed nothing, and that the
+// caller is to make the write again, with no lease (Done told the holder
+// so, when its turn ran).
 func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
-	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done bool, again heldAgain, err error) {
+	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, againEager, nil
+		return false, true, nil
 	}
 	// release rolls back what did not commit, and gives the connection
 	// back: before Done, so that the holder's own ack neither waits for the
@@ -69,34 +60,37 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 		err = closeErr
 	}
 	if err != nil {
-		return false, againEager, nil
+		return false, true, nil
 	}
 	if !done {
-		return false, heldCommitted, nil
+		return false, false, nil
 	}
 	in := leased.claimed
 	if len(in) != 1 || in[0].Name == "" || len(leased.messages[in[0].InstanceID]) == 0 {
 		_, err := conn.Exec(ctx, "COMMIT")
 		release()
 		if err != nil {
-			return false, heldCommitted, err
+			return false, false, err
 		}
-		return true, heldCommitted, s.eagerItem(ctx, e, &leased, until)
+		// Nothing for a turn: what the lease holds (a zombie's messages,
+		// or none) is settled as a claim settles it.
+		_, _, err = s.leasedItems(ctx, &leased, e.Token, until)
+		return true, false, err
 	}
 	items, _, err := s.leasedItems(ctx, &leased, e.Token, until)
 	if err != nil || len(items) != 1 {
-		return false, againEager, nil
+		return false, true, nil
 	}
 	ack := e.Hold.Turn(ctx, items[0])
 	acked, result, err := s.commitHeld(ctx, conn, ack)
 	release()
 	if err != nil {
 		e.Hold.Done(ctx, false, nil)
-		return false, againBare, nil
+		return false, true, nil
 	}
 	e.Held = true
 	e.Hold.Done(ctx, acked, result)
-	return true, heldCommitted, nil
+	return true, false, nil
 }
 
 // commitHeld commits a held turn's ack with the write before it, in one

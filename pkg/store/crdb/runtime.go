@@ -68,12 +68,8 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	if err != nil {
 		return nil, err
 	}
-	eager := p.Eager
+	var token string
 	queue := func(b *pgx.Batch) {
-		token := uuid.NewString()
-		if eager != nil {
-			token = eager.Token
-		}
 		b.Queue(sqlStartOrchestration, namedArgs{
 			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
@@ -86,48 +82,28 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		created = tag.RowsAffected() == 1
 		return created, err
 	}
-	result := &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}
-	if eager != nil && eager.Hold != nil {
-		var again heldAgain
-		created, again, err = s.heldWrite(ctx, eager, now, until, queue, readCreated)
-		switch {
-		case err != nil:
+	again := true
+	if p.Eager != nil {
+		token = p.Eager.Token
+		if created, again, err = s.heldWrite(ctx, p.Eager, now, until, queue, readCreated); err != nil {
 			return nil, err
-		case again == heldCommitted && !created:
-			return nil, s.startRefusal(ctx, p)
-		case again == heldCommitted:
-			return result, nil
-		case again == againBare:
-			eager, until = nil, 0
 		}
 	}
-	var leased leasedInputs
-	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		queue(b)
-		if eager != nil {
-			s.queueLeasedInputs(b, eager.Token, now)
-		}
-	}, func(br pgx.BatchResults) error {
-		if _, err := readCreated(br); err != nil || eager == nil {
+	if again {
+		// Free, due at once: a claim's.
+		token, until = uuid.NewString(), 0
+		err = s.inBatchTx(ctx, pgx.ReadCommitted, queue, func(br pgx.BatchResults) error {
+			_, err := readCreated(br)
 			return err
+		})
+		if err != nil {
+			return nil, err
 		}
-		return leased.read(br)
-	})
-	if err != nil {
-		if eager != nil {
-			s.releaseFailedClaim(ctx, eager.Token)
-		}
-		return nil, err
 	}
 	if !created {
 		return nil, s.startRefusal(ctx, p)
 	}
-	if eager != nil {
-		if err := s.eagerItem(ctx, eager, &leased, until); err != nil {
-			return nil, err
-		}
-	}
-	return result, nil
+	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
 }
 
 // startRefusal says why a start created nothing: its id is taken, else the
@@ -586,21 +562,11 @@ func eagerLease(e *store.EagerLease, now int64) (int64, error) {
 	if e == nil {
 		return 0, nil
 	}
-	e.Item = nil
-	if e.Duration <= 0 || !validToken(e.Token) {
-		return 0, invalid("an eager lease needs a positive duration and a token that is a UUID")
+	e.Held = false
+	if e.Duration <= 0 || !validToken(e.Token) || e.Hold == nil {
+		return 0, invalid("an eager lease needs a positive duration, a token that is a UUID, and a turn to hold")
 	}
 	return now + e.Duration.Milliseconds(), nil
-}
-
-// eagerItem sets e.Item to the instance an eager start or completion
-// leased under e's token (none when it leased nothing), after the commit.
-func (s *Store) eagerItem(ctx context.Context, e *store.EagerLease, r *leasedInputs, until int64) error {
-	items, _, err := s.leasedItems(ctx, r, e.Token, until)
-	if len(items) == 1 {
-		e.Item = items[0]
-	}
-	return err
 }
 
 // consumeZombies deletes the messages of an instance that does not exist

@@ -129,24 +129,18 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	if err != nil {
 		return err
 	}
-	args := func(until int64) namedArgs {
+	queue := func(b *pgx.Batch) {
 		lease := namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
 		if p.Result == nil {
-			return lease
+			b.Queue(sqlAckWork, lease)
+			return
 		}
 		lease["kind"], lease["payload"], lease["now"], lease["trace_context"] = p.Result.Kind, p.Result.Payload, now, p.TraceContext
 		lease["lease_token"], lease["leased_until"] = nil, until
 		if until > 0 {
 			lease["lease_token"] = eager.Token
 		}
-		return lease
-	}
-	queue := func(b *pgx.Batch) {
-		if p.Result == nil {
-			b.Queue(sqlAckWork, args(0))
-		} else {
-			b.Queue(sqlAckWorkWithResult, args(until))
-		}
+		b.Queue(sqlAckWorkWithResult, lease)
 	}
 	var done bool
 	readAcked := func(br pgx.BatchResults) (bool, error) {
@@ -154,43 +148,24 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		done = tag.RowsAffected() == 1
 		return done, err
 	}
-	if eager != nil && eager.Hold != nil {
-		var again heldAgain
-		done, again, err = s.heldWrite(ctx, eager, now, until, queue, readAcked)
-		switch {
-		case err != nil:
+	again := true
+	if eager != nil {
+		if done, again, err = s.heldWrite(ctx, eager, now, until, queue, readAcked); err != nil {
 			return err
-		case again == heldCommitted && !done:
-			return workLeaseLost(p.Lease)
-		case again == heldCommitted:
-			return nil
-		case again == againBare:
-			eager, until = nil, 0
 		}
 	}
-	var leased leasedInputs
-	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		queue(b)
-		if eager != nil {
-			s.queueLeasedInputs(b, eager.Token, now)
-		}
-	}, func(br pgx.BatchResults) error {
-		if _, err := readAcked(br); err != nil || eager == nil {
+	if again {
+		until = 0
+		err = s.inBatchTx(ctx, pgx.ReadCommitted, queue, func(br pgx.BatchResults) error {
+			_, err := readAcked(br)
+			return err
+		})
+		if err != nil {
 			return err
 		}
-		return leased.read(br)
-	})
-	if err != nil {
-		if eager != nil {
-			s.releaseFailedClaim(ctx, eager.Token)
-		}
-		return err
 	}
 	if !done {
 		return workLeaseLost(p.Lease)
-	}
-	if eager != nil {
-		return s.eagerItem(ctx, eager, &leased, until)
 	}
 	return nil
 }

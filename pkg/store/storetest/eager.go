@@ -10,9 +10,12 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// eager returns an EagerLease for a dispatcher loop's place.
-func eager() *store.EagerLease {
-	return &store.EagerLease{Token: uuid.NewString(), Duration: lease}
+// eager returns an EagerLease whose turn acks nothing: the write commits
+// alone, and the instance it leased is the holder's (r.item), as a
+// claim's would be.
+func eager() (*store.EagerLease, *holder) {
+	r := &holder{}
+	return held(r), r
 }
 
 // requireLeasedAsAClaim checks that an item an eager start or completion
@@ -42,9 +45,10 @@ func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationI
 	return want
 }
 
-// testEagerStart: a start that leases its instance to a waiting loop gives
-// it what a claim would have, holds the lease as a claim does, and lets it
-// lapse into a claim's hands.
+// testEagerStart: a start that leases its instance gives the held turn
+// what a claim would have; when the turn acks nothing, the start commits
+// alone and holds the lease as a claim does, and lets it lapse into a
+// claim's hands.
 func testEagerStart(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	policy := store.RetentionPolicy{Default: store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}}
@@ -59,51 +63,54 @@ func testEagerStart(t *testing.T, h *harness) {
 		})
 	}
 
-	e := eager()
+	e, r := eager()
 	_, err = start("order", e)
 	require.NoError(t, err)
-	require.NotNil(t, e.Item)
-	require.Equal(t, e.Token, e.Item.Lease.Token)
+	require.NotNil(t, r.item)
+	require.Equal(t, e.Token, r.item.Lease.Token)
 	h.invariants()
-	item := h.requireLeasedAsAClaim(tenant, e.Item)
+	item := h.requireLeasedAsAClaim(tenant, r.item)
 	h.ack(turn(item))
 
 	// Its ack is the ack of a claim's item.
-	e = eager()
+	e, r = eager()
 	_, err = start("acked", e)
 	require.NoError(t, err)
-	h.ack(turn(e.Item))
+	h.ack(turn(r.item))
 	require.Equal(t, int64(1), h.instance(tenant, "acked").EventCount)
 	require.Nil(t, h.fetch(tenant), "an eager start's message came back after its ack")
 
 	// A start refused leases nothing.
-	e = eager()
+	e, r = eager()
 	_, err = start("order", e)
 	require.ErrorIs(t, err, store.ErrAlreadyExists)
-	require.Nil(t, e.Item)
+	require.Nil(t, r.item)
 
 	// A lease that lapses (its loop is gone) is a claim's to take: the
 	// second claim in a row, a suspect.
-	e = eager()
+	e, r = eager()
 	_, err = start("lapsed", e)
 	require.NoError(t, err)
 	require.Nil(t, h.fetch(tenant))
 	h.clock.Advance(lease)
 	taken := h.mustFetch(tenant, "lapsed")
 	require.Equal(t, int64(2), taken.Claims)
-	require.Equal(t, e.Item.Messages, taken.Messages)
+	require.Equal(t, r.item.Messages, taken.Messages)
 	h.ack(turn(taken))
 
 	// Refused: a token that is no UUID, or no duration.
-	_, err = start("bad", &store.EagerLease{Token: "x", Duration: lease})
+	_, err = start("bad", &store.EagerLease{Token: "x", Duration: lease, Hold: &holder{}})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
-	_, err = start("bad", &store.EagerLease{Token: uuid.NewString()})
+	_, err = start("bad", &store.EagerLease{Token: uuid.NewString(), Hold: &holder{}})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = start("bad", &store.EagerLease{Token: uuid.NewString(), Duration: lease})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 }
 
 // testEagerCompletion: a task's completion that leases its free instance
-// to a waiting loop gives it what a claim would have; an instance leased
-// already is left to its lease, with the result queued for its next turn.
+// gives the held turn what a claim would have (here, a turn that acks
+// nothing); an instance leased already is left to its lease, with the
+// result queued for its next turn, and no turn runs.
 func testEagerCompletion(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	complete := func(w *store.WorkItem, e *store.EagerLease) error {
@@ -113,18 +120,18 @@ func testEagerCompletion(t *testing.T, h *harness) {
 
 	h.scheduleActivities(tenant, "order", 2)
 	first, second := h.fetchWork(tenant), h.fetchWork(tenant)
-	e := eager()
+	e, r := eager()
 	require.NoError(t, complete(first, e))
-	require.NotNil(t, e.Item)
+	require.NotNil(t, r.item)
 	h.invariants()
-	item := h.requireLeasedAsAClaim(tenant, e.Item)
+	item := h.requireLeasedAsAClaim(tenant, r.item)
 	require.Len(t, item.History, 3)
 
 	// The instance is leased (by the claim above): the second completion
 	// leases nothing, and its result waits for the turn after.
-	e = eager()
+	e, r = eager()
 	require.NoError(t, complete(second, e))
-	require.Nil(t, e.Item)
+	require.Nil(t, r.item)
 	h.ack(turn(item))
 	next := h.mustFetch(tenant, "order")
 	require.Len(t, next.Messages, 1)
@@ -136,13 +143,13 @@ func testEagerCompletion(t *testing.T, h *harness) {
 	w := h.fetchWork(tenant)
 	forged := *w
 	forged.Lease.Token = uuid.NewString()
-	e = eager()
+	e, r = eager()
 	require.ErrorIs(t, complete(&forged, e), store.ErrLeaseLost)
-	require.Nil(t, e.Item)
+	require.Nil(t, r.item)
 	require.Nil(t, h.fetch(tenant))
 
 	// A completion with no result for the instance leases nothing.
-	e = eager()
+	e, r = eager()
 	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e}))
-	require.Nil(t, e.Item)
+	require.Nil(t, r.item)
 }

@@ -58,10 +58,10 @@ func testLateMessagesToEndedInstance(t *testing.T, h *harness) {
 		h.finish(tenant, worked, st)
 		h.invariants()
 		ended = h.instance(tenant, worked)
-		e := eager()
+		e, r := eager()
 		require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e,
 			Result: &store.Message{Kind: kindDone}}))
-		require.Nil(t, e.Item, "an ended instance was leased eagerly")
+		require.Nil(t, r.item, "an ended instance was leased eagerly")
 		require.Nil(t, h.fetch(tenant), "a turn was handed out for an ended instance")
 		require.Zero(t, h.queued(tenant), "the late result is still queued")
 		require.Equal(t, ended, h.instance(tenant, worked))
