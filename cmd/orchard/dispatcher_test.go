@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -85,11 +86,23 @@ func oneActivityTenant(t *testing.T, tenant string) (*crdb.Store, string) {
 	return st, pool.Config().ConnString()
 }
 
+// addrsGiven are the addresses freeAddr returned.
+var addrsGiven sync.Map
+
+// freeAddr returns a loopback address whose port is free now, and was
+// never returned before: the kernel may hand out a port it just took back
+// (a test's two calls in a row got one port, and its server failed to
+// bind the second).
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		if _, given := addrsGiven.LoadOrStore(addr, true); !given {
+			return addr
+		}
+	}
 }
 
 // The dispatcher loops of `orchard dev` keep one generic plan per statement
