@@ -47,6 +47,9 @@ type MembersConfig struct {
 	// process died): the others send to a dead member that long at most.
 	// Default three heartbeats.
 	Expiry time.Duration
+	// CallTimeout bounds a Hint call: a hint late by more is worth no more
+	// than the waiter's poll. Default 2 s.
+	CallTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives orchard.hints (hints between processes, by
@@ -115,9 +118,8 @@ type member struct {
 const (
 	// memberBacklog bounds the batches waiting for one member.
 	memberBacklog = 64
-	// hintCallTimeout bounds a Hint call: a hint late by more is worth
-	// no more than the waiter's poll.
-	hintCallTimeout = 2 * time.Second
+	// defaultCallTimeout is MembersConfig.CallTimeout's default.
+	defaultCallTimeout = 2 * time.Second
 	// sweepEvery is how many heartbeats pass between deletes of the rows of
 	// members long gone (every process sweeps; rarely, so they seldom meet).
 	sweepEvery = 30
@@ -141,6 +143,9 @@ func NewMembers(ctx context.Context, pool *pgxpool.Pool, cfg MembersConfig) (*Me
 	}
 	if cfg.Expiry <= 0 {
 		cfg.Expiry = 3 * cfg.Heartbeat
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = defaultCallTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -169,7 +174,7 @@ func NewMembers(ctx context.Context, pool *pgxpool.Pool, cfg MembersConfig) (*Me
 	m := &Members{
 		Local: NewLocal(), pool: pool, log: cfg.Logger.With("component", "hints"), id: hex.EncodeToString(id),
 		address: address, waits: waits, token: "Bearer " + hex.EncodeToString(cfg.Key), beat: cfg.Heartbeat, expiry: cfg.Expiry,
-		client: &http.Client{Transport: transport, Timeout: hintCallTimeout},
+		client: &http.Client{Transport: transport, Timeout: cfg.CallTimeout},
 		out:    make(chan Topic, outBuffer), peers: map[string]*member{}, ctx: runCtx, stop: stop,
 	}
 	if err := m.instrument(cfg.MeterProvider); err != nil {
@@ -275,7 +280,7 @@ func (m *Members) beatLoop(ctx context.Context) {
 		}
 		// Not cut by Close, which waits for it: a renewal cancelled midway
 		// could still commit after Close's delete of the row.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(m.beat, hintCallTimeout))
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(m.beat, m.client.Timeout))
 		if err := m.heartbeat(bctx); err != nil {
 			// The others drop this process once its row expires, and this
 			// process keeps sending to the members it knew.

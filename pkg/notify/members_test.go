@@ -39,9 +39,9 @@ func openMembers(t *testing.T, pool *pgxpool.Pool, key []byte, waits ...Kind) (*
 	}))
 	t.Cleanup(srv.Close)
 	m, err := NewMembers(t.Context(), pool, MembersConfig{
-		// Memberships end by Close or by the test, never by a loaded
-		// machine's stall.
-		Address: srv.URL, Key: key, Waits: waits, Heartbeat: 20 * time.Millisecond, Expiry: time.Hour,
+		// Memberships end by Close or by the test, and calls fail by a
+		// member's fault, never by a loaded machine's stall.
+		Address: srv.URL, Key: key, Waits: waits, Heartbeat: 20 * time.Millisecond, Expiry: time.Hour, CallTimeout: time.Minute,
 	})
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
