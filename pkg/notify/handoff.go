@@ -196,9 +196,13 @@ func (w *Place[T]) Hold() store.HeldTurn {
 func (w *Place[T]) Return() {
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
-	if w.state != waitTaken {
-		return
+	if w.state == waitTaken {
+		w.offer()
 	}
+}
+
+// offer puts the place among the waiting ones. w.p.mu is held.
+func (w *Place[T]) offer() {
 	w.state = waitOffered
 	w.p.waiting[w.key] = append(w.p.waiting[w.key], w)
 }
@@ -225,11 +229,9 @@ func (w *Place[T]) Offer() {
 	}
 	w.p.mu.Lock()
 	defer w.p.mu.Unlock()
-	if w.state != waitIdle {
-		return
+	if w.state == waitIdle {
+		w.offer()
 	}
-	w.state = waitOffered
-	w.p.waiting[w.key] = append(w.p.waiting[w.key], w)
 }
 
 // Withdraw takes the place back before its waiter looks on its own. It

@@ -56,8 +56,8 @@ func requireAcked(t *testing.T, e *store.EagerLease, r *holder) {
 // turn's ack with the instance. An ack the store refuses leaves the
 // instance leased to its holder, who acks on its own; an ack that fails in
 // the database takes nothing of the start with it: the start is made again,
-// free for a claim, and the holder's lease is lost. A refused start runs
-// no turn.
+// free for a claim, and the holder's lease is lost. (A refused start runs
+// no turn: EagerStart.)
 func testHeldStart(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	start := func(id string, e *store.EagerLease) error {
@@ -113,19 +113,11 @@ func testHeldStart(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), h.instance(tenant, "failed").EventCount)
 	h.invariants()
 
-	// A refused start runs no turn.
-	r = &holder{ackOf: turn}
-	e = held(r)
-	require.ErrorIs(t, start("order", e), store.ErrAlreadyExists)
-	require.Zero(t, r.turns)
-	require.Zero(t, r.dones)
-	require.False(t, e.Held)
 }
 
-// testHeldCompletion: a task's completion whose eager lease holds the
-// turn commits the result and the turn that consumes it together. An
-// instance leased already runs no turn: the result waits for its next. A
-// completion whose task lease was lost runs none either.
+// testHeldCompletion: a task's completion commits its result and the turn
+// that consumes it together. (A completion that leases nothing runs no
+// turn: EagerCompletion.)
 func testHeldCompletion(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	complete := func(w *store.WorkItem, e *store.EagerLease) error {
@@ -134,7 +126,7 @@ func testHeldCompletion(t *testing.T, h *harness) {
 	}
 
 	h.scheduleActivities(tenant, "order", 2)
-	first, second := h.fetchWork(tenant), h.fetchWork(tenant)
+	first := h.fetchWork(tenant)
 	r := &holder{ackOf: turn}
 	e := held(r)
 	require.NoError(t, complete(first, e))
@@ -144,32 +136,5 @@ func testHeldCompletion(t *testing.T, h *harness) {
 	require.Equal(t, kindDone, r.item.Messages[0].Kind)
 	require.Equal(t, int64(4), h.instance(tenant, "order").EventCount)
 	require.Nil(t, h.fetch(tenant), "the result came back, or the lease was kept")
-	h.invariants()
-
-	// Leased already (an event made it due, and a claim took it): no
-	// turn; the result waits for the turn after the claim's.
-	h.enqueue(tenant, "order", `{"e":1}`, 0)
-	claimed := h.mustFetch(tenant, "order")
-	r = &holder{ackOf: turn}
-	e = held(r)
-	require.NoError(t, complete(second, e))
-	require.Zero(t, r.turns)
-	require.False(t, e.Held)
-	h.ack(turn(claimed))
-	next := h.mustFetch(tenant, "order")
-	require.Len(t, next.Messages, 1)
-	require.Equal(t, kindDone, next.Messages[0].Kind)
-	h.ack(turn(next))
-
-	// A completion whose task lease was lost runs no turn.
-	h.scheduleActivities(tenant, "lost", 1)
-	w := h.fetchWork(tenant)
-	forged := *w
-	forged.Lease.Token = uuid.NewString()
-	r = &holder{ackOf: turn}
-	e = held(r)
-	require.ErrorIs(t, complete(&forged, e), store.ErrLeaseLost)
-	require.Zero(t, r.turns)
-	require.False(t, e.Held)
 	h.invariants()
 }
