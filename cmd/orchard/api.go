@@ -102,9 +102,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 			if callsInFlight < 1 {
 				return fmt.Errorf("--calls-in-flight %d: must be 1 or more", callsInFlight)
 			}
-			// The calls in flight, the long polls' queries (longPollConns)
-			// and the dispatcher loops each have connections of their own.
-			pool, err := openPool(ctx, tel, databaseURL, int32(callsInFlight+longPollConns+dispatcherLoops))
+			pool, err := openPool(ctx, tel, databaseURL, apiPoolConns(callsInFlight, dispatcherLoops))
 			if err != nil {
 				return err
 			}
@@ -199,7 +197,7 @@ claim of their own. Further ` + "`orchard dispatcher`" + ` processes may run bes
 		"how long calls in flight may finish at shutdown (env ORCHARD_DRAIN_TIMEOUT)")
 	f.IntVar(&dispatcherLoops, "dispatcher-loops", envInt("ORCHARD_API_DISPATCHER_LOOPS", 0),
 		"dispatcher loops to run in this process beside the API (env ORCHARD_API_DISPATCHER_LOOPS; 0: none)")
-	f.IntVar(&callsInFlight, "calls-in-flight", envInt("ORCHARD_API_CALLS_IN_FLIGHT", 24),
+	f.IntVar(&callsInFlight, "calls-in-flight", envInt("ORCHARD_API_CALLS_IN_FLIGHT", api.DefaultCallsInFlight),
 		"calls, long polls aside, this process runs at once, shared fairly across tenants past it; its database pool grows with it (env ORCHARD_API_CALLS_IN_FLIGHT)")
 	f.BoolVar(&withConsole, "console", envBool("ORCHARD_CONSOLE", false),
 		"serve the web console at /console/ (env ORCHARD_CONSOLE); it calls this API with its users' tokens")
@@ -223,6 +221,14 @@ func deriveKey(secret, purpose string) []byte {
 // queries beside those of the calls in flight: the long polls take no slot
 // of the fair share, and must not wait behind the calls that do.
 const longPollConns = 8
+
+// apiPoolConns sizes the database pool of an API process: the calls in
+// flight, the long polls' queries and the dispatcher loops each have
+// connections of their own. Fewer, and the calls wait for a connection
+// inside the pool, in no tenant's turn, instead of in the fair share.
+func apiPoolConns(callsInFlight, dispatcherLoops int) int32 {
+	return int32(callsInFlight + longPollConns + dispatcherLoops)
+}
 
 // colocatedDispatcher is the dispatcher `orchard api --dispatcher-loops`
 // runs beside the API: it shares the API's hints and a hand-over (set in

@@ -134,7 +134,9 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	// plans a statement anew after every vacuum or analyze that touches a
 	// table the statement names; the turns' statements, the costliest to
 	// plan, then run on the loops' few backends, not on all of the API's.
-	pool, err := openPool(ctx, tel, srv.URL, 16)
+	// The API's pool is `orchard api`'s, with devSharedConns more for what
+	// shares it here.
+	pool, err := openPool(ctx, tel, srv.URL, apiPoolConns(api.DefaultCallsInFlight, 0)+devSharedConns)
 	if err != nil {
 		return err
 	}
@@ -409,6 +411,10 @@ func devJanitor(ctx context.Context, out io.Writer, tel *telemetry.Telemetry, po
 		Store: st, RiverPool: pool, Interval: interval, Metrics: metrics, TracerProvider: tel.TracerProvider,
 	})
 }
+
+// devSharedConns are the connections of `orchard dev`'s API pool for the
+// janitor, River (whose listener keeps one) and the hints' membership.
+const devSharedConns = 8
 
 // loopsURL is the database URL of the dispatcher loops' pool on srv. On
 // PostgreSQL their statements keep one generic plan each: they look rows

@@ -9,9 +9,9 @@ import (
 // means the default).
 
 // DefaultCallsInFlight is how many calls, long polls aside, the API of one
-// process runs at once by default: below the connections its pool has for
-// them (`orchard dev`: 16 beside the dispatcher loops'), so that the long
-// polls' queries and the dispatcher loops do not queue behind them.
+// process runs at once by default. Its pool has a connection for each, and
+// more for the long polls' queries and any dispatcher loops, so that none
+// of them queue behind the calls (`orchard api`, `orchard dev`).
 // DefaultCallsWaiting bounds a tenant's calls waiting for one, and
 // DefaultCallBytesWaiting their requests' bytes; beyond either they are
 // refused (ResourceExhausted, calls_in_flight or call_bytes_waiting). A
@@ -19,7 +19,7 @@ import (
 // makes the caller send its request again: a tenant's fan-out, its workers
 // completing hundreds of tasks at once, waits.
 const (
-	DefaultCallsInFlight    = 12
+	DefaultCallsInFlight    = 24
 	DefaultCallsWaiting     = 1024
 	DefaultCallBytesWaiting = 32 << 20
 )
