@@ -135,17 +135,17 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	// table the statement names; the turns' statements, the costliest to
 	// plan, then run on the loops' few backends, not on all of the API's.
 	// The API's pool is `orchard api`'s, with devSharedConns more for what
-	// shares it here.
-	pool, err := openPool(ctx, tel, srv.URL, apiPoolConns(api.DefaultCallsInFlight, 0)+devSharedConns)
+	// shares it here. Both keep generic plans (genericPlansURL).
+	gurl, err := genericPlansURL(srv)
+	if err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, tel, gurl, apiPoolConns(api.DefaultCallsInFlight, 0)+devSharedConns)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	lurl, err := loopsURL(srv)
-	if err != nil {
-		return err
-	}
-	loopsPool, err := openPool(ctx, tel, lurl, int32(o.loops+4))
+	loopsPool, err := openPool(ctx, tel, gurl, int32(o.loops+4))
 	if err != nil {
 		return err
 	}
@@ -416,13 +416,16 @@ func devJanitor(ctx context.Context, out io.Writer, tel *telemetry.Telemetry, po
 // janitor, River (whose listener keeps one) and the hints' membership.
 const devSharedConns = 8
 
-// loopsURL is the database URL of the dispatcher loops' pool on srv. On
-// PostgreSQL their statements keep one generic plan each: they look rows
-// up by key or lease token, whatever the values, and PostgreSQL's default
-// (auto) keeps planning a statement at every call once the generic plan,
-// costed on the tables as they grew, looks dearer than the custom plans
-// it costed while they were small.
-func loopsURL(srv *dbserver.Server) (string, error) {
+// genericPlansURL is the database URL of `orchard dev`'s pools on srv. On
+// PostgreSQL their prepared statements keep one generic plan each: the
+// runtime's statements look rows up by key or lease token, whatever the
+// values, and PostgreSQL's default (auto) keeps planning a statement at
+// every call once the generic plan, costed on the tables as they grew,
+// looks dearer than the custom plans it costed while they were small (on
+// the API's pool, left so, an orchestration took a quarter more database
+// time at half load). The statements built from a filter are planned with
+// their values all the same (crdb's customPlan).
+func genericPlansURL(srv *dbserver.Server) (string, error) {
 	if srv.Cockroach {
 		return srv.URL, nil
 	}

@@ -105,13 +105,13 @@ func freeAddr(t *testing.T) string {
 	}
 }
 
-// The dispatcher loops of `orchard dev` keep one generic plan per statement
-// on PostgreSQL; CockroachDB's connections are left as they are.
-func TestDevLoopsPoolKeepsGenericPlans(t *testing.T) {
+// The pools of `orchard dev` keep one generic plan per statement on
+// PostgreSQL; CockroachDB's connections are left as they are.
+func TestDevPoolsKeepGenericPlans(t *testing.T) {
 	t.Parallel()
 	db := testdb.URL(t)
 	cockroach := testdb.SharedServer(t).Cockroach
-	u, err := loopsURL(&dbserver.Server{URL: db, Cockroach: cockroach})
+	u, err := genericPlansURL(&dbserver.Server{URL: db, Cockroach: cockroach})
 	require.NoError(t, err)
 	if cockroach {
 		require.Equal(t, db, u)

@@ -35,13 +35,17 @@ const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_i
 	AND e.execution_id = i.current_execution_id`
 
 // customPlan runs a statement built from a filter with its arguments
-// bound before planning (an unnamed statement, QueryExecModeExec), so the
-// plan fits the values: a prepared statement's generic plan, chosen once
-// for every value, reads far more than a page for a selective range
-// (docs/decisions/store-listings-plan-with-values.md). Arguments must then
-// have types pgx infers from Go: strings, int64, []string.
+// bound before planning, so the plan fits the values: a prepared
+// statement's generic plan, chosen once for every value, reads far more
+// than a page for a selective range
+// (docs/decisions/store-listings-plan-with-values.md). It goes by the
+// simple protocol, the values quoted into the text by pgx: PostgreSQL
+// plans such a query once, with them, whatever the session's
+// plan_cache_mode (an unnamed prepared statement follows it, and `orchard
+// dev`'s pools force generic plans). Arguments must then have types pgx
+// quotes from Go: strings, int64, []string.
 func customPlan(args namedArgs) []any {
-	return []any{pgx.QueryExecModeExec, args}
+	return []any{pgx.QueryExecModeSimpleProtocol, args}
 }
 
 // ListInstances reads one page in keyset order: (order column, instance id).
