@@ -421,10 +421,9 @@ const devSharedConns = 8
 // runtime's statements look rows up by key or lease token, whatever the
 // values, and PostgreSQL's default (auto) keeps planning a statement at
 // every call once the generic plan, costed on the tables as they grew,
-// looks dearer than the custom plans it costed while they were small (on
-// the API's pool, left so, an orchestration took a quarter more database
-// time at half load). The statements built from a filter are planned with
-// their values all the same (crdb's customPlan).
+// looks dearer than the custom plans it costed while they were small. The
+// statements built from a filter are planned with their values all the
+// same (crdb's customPlan).
 func genericPlansURL(srv *dbserver.Server) (string, error) {
 	if srv.Cockroach {
 		return srv.URL, nil
