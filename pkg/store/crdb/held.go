@@ -21,9 +21,15 @@ import (
 // so, when its turn ran).
 func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
 	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
+	// failed counts a failed attempt, as retry counts its own, and has the
+	// write made again with no turn.
+	failed := func(err error) (bool, bool, error) {
+		s.countFailed(ctx, err)
+		return false, true, nil
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return false, true, nil
+		return failed(err)
 	}
 	// release rolls back what did not commit, and gives the connection
 	// back: before Done, so that the holder's own ack neither waits for the
@@ -60,7 +66,7 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 		err = closeErr
 	}
 	if err != nil {
-		return false, true, nil
+		return failed(err)
 	}
 	if !done {
 		return false, false, nil
@@ -79,14 +85,14 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	}
 	items, _, err := s.leasedItems(ctx, &leased, e.Token, until)
 	if err != nil || len(items) != 1 {
-		return false, true, nil
+		return failed(err)
 	}
 	ack := e.Hold.Turn(ctx, items[0])
 	acked, result, err := s.commitHeld(ctx, conn, ack)
 	release()
 	if err != nil {
 		e.Hold.Done(ctx, false, nil)
-		return false, true, nil
+		return failed(err)
 	}
 	e.Held = true
 	e.Hold.Done(ctx, acked, result)

@@ -111,7 +111,7 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 			return struct{}{}, backoff.Permanent(last)
 		}
 		if last != nil {
-			s.failedAttempts.Add(ctx, 1, attemptFailure(last))
+			s.countFailed(ctx, last)
 			if s.onRetry != nil {
 				s.onRetry(attempt, last)
 			}
@@ -139,6 +139,14 @@ func (s *Store) retry(ctx context.Context, op func(ctx context.Context) error) e
 		return fmt.Errorf("%w (while retrying: %w)", ctx.Err(), unwrapCommit(last))
 	default:
 		return fmt.Errorf("%w: gave up after %d attempts: %w", store.ErrConflict, attempt, unwrapCommit(last))
+	}
+}
+
+// countFailed counts an attempt that failed with an error retry retries
+// (orchard.store.transaction.failed_attempts).
+func (s *Store) countFailed(ctx context.Context, err error) {
+	if err != nil && retryable(err) {
+		s.failedAttempts.Add(ctx, 1, attemptFailure(err))
 	}
 }
 
