@@ -27,16 +27,24 @@ type deadlockedTurn struct {
 	dones  int
 	acked  bool
 	tenant string
+	// cockroach: the database is CockroachDB.
+	cockroach bool
 }
 
 func (d *deadlockedTurn) Turn(ctx context.Context, it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
 	octx := context.WithoutCancel(ctx)
 	tx, err := d.s.pool.BeginTx(octx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	require.NoError(d.t, err)
-	// The held transaction must be the one broken: the backend that looks
-	// for a deadlock (after deadlock_timeout of waiting) is the one that
-	// fails, and on a loaded machine the other could look first.
-	_, err = tx.Exec(octx, "SET LOCAL deadlock_timeout = '1min'")
+	// The held transaction must be the one broken. On PostgreSQL the
+	// backend that looks for a deadlock (after deadlock_timeout of waiting)
+	// is the one that fails, and on a loaded machine the other could look
+	// first; CockroachDB aborts the transaction of lower priority (not run
+	// here: no CockroachDB on this machine).
+	setup := "SET LOCAL deadlock_timeout = '1min'"
+	if d.cockroach {
+		setup = "SET TRANSACTION PRIORITY HIGH"
+	}
+	_, err = tx.Exec(octx, setup)
 	require.NoError(d.t, err)
 	_, err = tx.Exec(octx, `INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, created_at)
 		VALUES ($1, $2, 1, 1, 'other', 0)`, d.tenant, it.Lease.InstanceID)
@@ -72,20 +80,18 @@ func (d *deadlockedTurn) Done(_ context.Context, acked bool, _ error) {
 // A held attempt that fails with an error the store retries counts in
 // orchard.store.transaction.failed_attempts, as an attempt of any other
 // transaction does, before its write is made again without the turn.
-// PostgreSQL breaks a deadlock in the transaction that looks for it, the
-// held one here.
+// PostgreSQL fails the held transaction as a deadlock, CockroachDB as a
+// conflict.
 func TestFailedHeldAttemptCounts(t *testing.T) {
 	t.Parallel()
-	if testdb.SharedServer(t).Cockroach {
-		t.Skip("the staged deadlock relies on PostgreSQL's choice of victim")
-	}
+	cockroach := testdb.SharedServer(t).Cockroach
 	reader := sdkmetric.NewManualReader()
 	s := New(testdb.Pool(t, 8), Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	ctx := t.Context()
 	const tenant = "held-metric"
 	require.NoError(t, s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: tenant}))
 
-	d := &deadlockedTurn{t: t, s: s, other: make(chan error, 1), tenant: tenant}
+	d := &deadlockedTurn{t: t, s: s, other: make(chan error, 1), tenant: tenant, cockroach: cockroach}
 	e := &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: d}
 	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: tenant, InstanceID: "i", Name: "n",
 		Start: store.Message{Kind: "start"}, Eager: e})
@@ -100,7 +106,11 @@ func TestFailedHeldAttemptCounts(t *testing.T) {
 	require.Equal(t, 1, d.dones)
 	require.False(t, d.acked)
 	require.False(t, e.Held)
-	require.Equal(t, map[string]int64{"deadlock": 1}, failedAttempts(t, reader))
+	reason := "deadlock"
+	if cockroach {
+		reason = "conflict"
+	}
+	require.Equal(t, map[string]int64{reason: 1}, failedAttempts(t, reader))
 	in, err := s.GetInstance(ctx, &store.GetInstanceParams{TenantID: tenant, InstanceID: "i"})
 	require.NoError(t, err)
 	require.Equal(t, "n", in.Name, "the start's instance, not the other transaction's")
