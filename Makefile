@@ -14,7 +14,7 @@ COMMIT      ?= $(shell git rev-parse --verify -q HEAD || echo unknown)
 BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos definition-schema
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos scaleout definition-schema
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -121,6 +121,15 @@ loadtest:
 		kill -0 $$pid 2>/dev/null || { cat $(LOADTEST_DIR)/dev.log; exit 1; }; sleep 0.1; done; \
 	./bin/orchard loadtest --addr http://$(LOADTEST_ADDR) --token-file $(LOADTEST_DIR)/tokens/admin \
 		--cpu-pid $$pid $(LOADTEST_ARGS)
+
+# Throughput with one dispatcher process and with two (loadtest/scaleout):
+# each run a fresh PostgreSQL, `orchard api` and the dispatchers as processes
+# of their own, the burst plan for 15 s; runs alternate, two rounds.
+# SCALEOUT_ARGS adds flags (--dispatcher-cpu 0.05 caps each dispatcher
+# through a cgroup; --dispatchers 1,2,3); the reports land in .orchard/scaleout/.
+scaleout:
+	$(GO) build -o bin/ ./cmd/orchard ./loadtest/scaleout
+	./bin/scaleout --orchard bin/orchard $(SCALEOUT_ARGS)
 
 # The short fault campaign (loadtest/chaos): the services as processes of
 # their own under load, faults injected every 4 s for 30 s (kill -9 of a

@@ -72,6 +72,16 @@ func parseProcStat(line string) (procStat, error) {
 	return procStat{pid: pid, ppid: ppid, comm: line[open+1 : end], cpu: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
 
+// ProcessCPU is the user and system time process pid has used so far.
+func ProcessCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	ps, err := parseProcStat(string(bytes.TrimSpace(data)))
+	return ps.cpu, err
+}
+
 // sumTrees sums the CPU of the processes under roots (roots included), and
 // the generator's (process self), which is never counted as the server's.
 func sumTrees(procs []procStat, roots []int, self int) cpuSample {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -17,6 +18,24 @@ func TestParseProcStat(t *testing.T) {
 	_, err = parseProcStat("4242 postgres S 1")
 	require.Error(t, err)
 	_, err = parseProcStat("4242 (x) S 1 2 3")
+	require.Error(t, err)
+}
+
+func TestProcessCPUGrowsWithWork(t *testing.T) {
+	t.Parallel()
+	before, err := ProcessCPU(os.Getpid())
+	require.NoError(t, err)
+	// Work until the kernel has charged this process a tick more.
+	x := 1
+	for after := before; after <= before; {
+		for i := range 1_000_000 {
+			x = x*31 + i
+		}
+		after, err = ProcessCPU(os.Getpid())
+		require.NoError(t, err)
+	}
+	require.NotZero(t, x)
+	_, err = ProcessCPU(-1)
 	require.Error(t, err)
 }
 
