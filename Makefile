@@ -126,7 +126,8 @@ loadtest:
 # each run a fresh PostgreSQL, `orchard api` and the dispatchers as processes
 # of their own, the burst plan for 15 s; runs alternate, two rounds.
 # SCALEOUT_ARGS adds flags (--dispatcher-cpu 0.05 caps each dispatcher
-# through a cgroup; --dispatchers 1,2,3); the reports land in .orchard/scaleout/.
+# through a cgroup; --dispatchers 1,2,3; --hints members); the reports land
+# in .orchard/scaleout/.
 scaleout:
 	$(GO) build -o bin/ ./cmd/orchard ./loadtest/scaleout
 	./bin/scaleout --orchard bin/orchard $(SCALEOUT_ARGS)

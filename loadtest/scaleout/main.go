@@ -54,6 +54,7 @@ type config struct {
 	rounds        int
 	loops         int
 	dispatcherCPU float64
+	hints         string
 }
 
 func main() {
@@ -68,6 +69,7 @@ func main() {
 	fs.StringVar(&counts, "dispatchers", "1,2", "dispatcher processes of the runs of a round, comma-separated")
 	fs.IntVar(&cfg.rounds, "rounds", 2, "rounds")
 	fs.IntVar(&cfg.loops, "loops", 4, "loops per dispatcher process")
+	fs.StringVar(&cfg.hints, "hints", "postgres", "how the processes pass hints: postgres (LISTEN/NOTIFY) or members (calls between them)")
 	fs.Float64Var(&cfg.dispatcherCPU, "dispatcher-cpu", 0, "cores each dispatcher process may use, through a cgroup of its own (0: no cap)")
 	_ = fs.Parse(os.Args[1:])
 	for c := range strings.SplitSeq(counts, ",") {
@@ -76,6 +78,9 @@ func main() {
 			fatal(fmt.Errorf("--dispatchers: %q is not a count from 1 to 16", c))
 		}
 		cfg.dispatchers = append(cfg.dispatchers, n)
+	}
+	if cfg.hints != "postgres" && cfg.hints != "members" {
+		fatal(fmt.Errorf("--hints: %q is neither postgres nor members", cfg.hints))
 	}
 	if cfg.rounds < 1 || cfg.loops < 1 || cfg.duration <= 0 || cfg.warmup < 0 || cfg.dispatcherCPU < 0 || math.IsNaN(cfg.dispatcherCPU) {
 		fatal(errors.New("--rounds, --loops and --duration must be positive, --warmup and --dispatcher-cpu not negative"))
@@ -114,7 +119,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "plan %s, %s a run, %d loops a dispatcher, dispatcher cap %s\n", cfg.plan, cfg.duration, cfg.loops, capString(cfg.dispatcherCPU))
+	fmt.Fprintf(out, "plan %s, %s a run, %d loops a dispatcher, dispatcher cap %s, hints %s\n", cfg.plan, cfg.duration, cfg.loops, capString(cfg.dispatcherCPU), cfg.hints)
 	var results []result
 	for round := range cfg.rounds {
 		for _, n := range cfg.dispatchers {
@@ -234,9 +239,13 @@ func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int)
 			c.remove()
 		}
 	}()
-	apiProc, err := start(dir, "api", cfg.orchard, "api", "--database-url", db.URL, "--listen", listen, "--ops-addr", "",
-		"--hints", "postgres", "--jwt-public-key-file", keys.public, "--jwt-signing-key-file", keys.private,
-		"--jwt-issuer", issuer, "--jwt-audience", audience, "--secret", keys.secret, "--log-level", "warn")
+	hints, err := hintArgs(cfg.hints, keys.secret)
+	if err != nil {
+		return result{}, err
+	}
+	apiProc, err := start(dir, "api", append([]string{cfg.orchard, "api", "--database-url", db.URL, "--listen", listen,
+		"--jwt-public-key-file", keys.public, "--jwt-signing-key-file", keys.private, "--jwt-issuer", issuer,
+		"--jwt-audience", audience, "--secret", keys.secret, "--log-level", "warn"}, hints...)...)
 	if err != nil {
 		return result{}, err
 	}
@@ -244,8 +253,12 @@ func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int)
 	pids := []int{apiProc.Process.Pid, dbPid}
 	var dispatchers []int
 	for i := range n {
-		p, err := start(dir, fmt.Sprintf("dispatcher-%d", i+1), cfg.orchard, "dispatcher", "--database-url", db.URL,
-			"--ops-addr", "", "--hints", "postgres", "--loops", strconv.Itoa(cfg.loops), "--log-level", "warn")
+		hints, err := hintArgs(cfg.hints, keys.secret)
+		if err != nil {
+			return result{}, err
+		}
+		p, err := start(dir, fmt.Sprintf("dispatcher-%d", i+1), append([]string{cfg.orchard, "dispatcher", "--database-url", db.URL,
+			"--loops", strconv.Itoa(cfg.loops), "--log-level", "warn"}, hints...)...)
 		if err != nil {
 			return result{}, err
 		}
@@ -298,6 +311,19 @@ func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int)
 		r.dispatcherCores = append(r.dispatcherCores, (after[i]-before[i]).Seconds()/elapsed.Seconds())
 	}
 	return r, nil
+}
+
+// hintArgs are a process's flags for hints: with members, an ops endpoint
+// of its own, where the others reach it.
+func hintArgs(mode, secret string) ([]string, error) {
+	if mode == "postgres" {
+		return []string{"--hints", "postgres", "--ops-addr", ""}, nil
+	}
+	port, err := dbserver.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--hints", "members", "--hints-secret", secret, "--ops-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 
 // start starts one of the run's processes, its output in dir/name.log.
