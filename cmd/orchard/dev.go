@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,17 +134,13 @@ func runDev(ctx context.Context, out io.Writer, o devOptions) error {
 	// table the statement names; the turns' statements, the costliest to
 	// plan, then run on the loops' few backends, not on all of the API's.
 	// The API's pool is `orchard api`'s, with devSharedConns more for what
-	// shares it here. Both keep generic plans (genericPlansURL).
-	gurl, err := genericPlansURL(srv)
-	if err != nil {
-		return err
-	}
-	pool, err := openPool(ctx, tel, gurl, apiPoolConns(api.DefaultCallsInFlight, 0)+devSharedConns)
+	// shares it here.
+	pool, err := openPool(ctx, tel, srv.URL, apiPoolConns(api.DefaultCallsInFlight, 0)+devSharedConns)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	loopsPool, err := openPool(ctx, tel, gurl, int32(o.loops+4))
+	loopsPool, err := openPool(ctx, tel, srv.URL, int32(o.loops+4))
 	if err != nil {
 		return err
 	}
@@ -415,25 +410,3 @@ func devJanitor(ctx context.Context, out io.Writer, tel *telemetry.Telemetry, po
 // devSharedConns are the connections of `orchard dev`'s API pool for the
 // janitor, River (whose listener keeps one) and the hints' membership.
 const devSharedConns = 8
-
-// genericPlansURL is the database URL of `orchard dev`'s pools on srv. On
-// PostgreSQL their prepared statements keep one generic plan each: the
-// runtime's statements look rows up by key or lease token, whatever the
-// values, and PostgreSQL's default (auto) keeps planning a statement at
-// every call once the generic plan, costed on the tables as they grew,
-// looks dearer than the custom plans it costed while they were small. The
-// statements built from a filter are planned with their values all the
-// same (crdb's customPlan).
-func genericPlansURL(srv *dbserver.Server) (string, error) {
-	if srv.Cockroach {
-		return srv.URL, nil
-	}
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		return "", fmt.Errorf("database url: %w", err)
-	}
-	q := u.Query()
-	q.Set("plan_cache_mode", "force_generic_plan")
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store/crdb"
+	"github.com/orchardhq/orchard/schema"
 	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
@@ -109,12 +111,31 @@ func openPool(ctx context.Context, tel *telemetry.Telemetry, url string, maxConn
 	if cfg.MaxConns < maxConns {
 		cfg.MaxConns = maxConns
 	}
+	cfg.AfterConnect = keepGenericPlans
 	tel.InstrumentPool(cfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	return pool, nil
+}
+
+// keepGenericPlans makes a PostgreSQL connection keep one generic plan per
+// prepared statement (plan_cache_mode=force_generic_plan). The runtime's
+// statements look rows up by key or lease token, whatever the values, and
+// PostgreSQL's default (auto) keeps planning a statement at every call once
+// the generic plan, costed on the tables as they grew, looks dearer than the
+// custom plans it costed while they were small. The statements built from a
+// filter are planned with their values all the same (crdb's customPlan).
+// CockroachDB's connections are left as they are: its plan cache is the
+// node's, and its own plan_cache_mode means something else.
+func keepGenericPlans(ctx context.Context, conn *pgx.Conn) error {
+	cockroach, err := schema.IsCockroach(ctx, conn)
+	if err != nil || cockroach {
+		return err
+	}
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	return err
 }
 
 // The default ops addresses (/metrics, /livez, /readyz), one port per

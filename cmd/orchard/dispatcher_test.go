@@ -12,8 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/orchardhq/orchard/internal/dbserver"
+	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/internal/testworker"
 	"github.com/orchardhq/orchard/pkg/engine"
@@ -105,22 +106,39 @@ func freeAddr(t *testing.T) string {
 	}
 }
 
-// The pools of `orchard dev` keep one generic plan per statement on
-// PostgreSQL; CockroachDB's connections are left as they are.
-func TestDevPoolsKeepGenericPlans(t *testing.T) {
+// Every command's pool keeps one generic plan per statement on PostgreSQL,
+// on each connection it opens; CockroachDB's connections keep the mode a
+// plain connection has.
+func TestPoolsKeepGenericPlansOnPostgres(t *testing.T) {
 	t.Parallel()
 	db := testdb.URL(t)
-	cockroach := testdb.SharedServer(t).Cockroach
-	u, err := genericPlansURL(&dbserver.Server{URL: db, Cockroach: cockroach})
-	require.NoError(t, err)
-	if cockroach {
-		require.Equal(t, db, u)
-		return
+	mode := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		var m string
+		require.NoError(t, q.QueryRow(t.Context(), "SHOW plan_cache_mode").Scan(&m))
+		return m
 	}
-	conn, err := pgx.Connect(t.Context(), u)
+	plain, err := pgx.Connect(t.Context(), db)
 	require.NoError(t, err)
-	defer conn.Close(t.Context())
-	var mode string
-	require.NoError(t, conn.QueryRow(t.Context(), "SHOW plan_cache_mode").Scan(&mode))
-	require.Equal(t, "force_generic_plan", mode)
+	defer plain.Close(t.Context())
+	want := "force_generic_plan"
+	if testdb.SharedServer(t).Cockroach {
+		want = mode(plain)
+	} else {
+		require.NotEqual(t, want, mode(plain), "a plain connection keeps PostgreSQL's default")
+	}
+
+	pool, err := openPool(t.Context(), &telemetry.Telemetry{TracerProvider: sdktrace.NewTracerProvider()}, db, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	// Both connections: the second is opened while the first is held.
+	c1, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer c1.Release()
+	c2, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer c2.Release()
+	require.Equal(t, want, mode(c1))
+	require.Equal(t, want, mode(c2))
 }
