@@ -72,7 +72,8 @@ func parseProcStat(line string) (procStat, error) {
 	return procStat{pid: pid, ppid: ppid, comm: line[open+1 : end], cpu: time.Duration(ticks) * time.Second / clockTicks}, nil
 }
 
-// ProcessCPU is the user and system time process pid has used so far.
+// ProcessCPU is the user and system time process pid has used so far,
+// with that of the children it has waited for.
 func ProcessCPU(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -127,8 +127,9 @@ func openPool(ctx context.Context, tel *telemetry.Telemetry, url string, maxConn
 // the generic plan, costed on the tables as they grew, looks dearer than the
 // custom plans it costed while they were small. The statements built from a
 // filter are planned with their values all the same (crdb's customPlan).
-// CockroachDB's connections are left as they are: its plan cache is the
-// node's, and its own plan_cache_mode means something else.
+// River's statements, on these pools too, read its job table by its
+// indexes whatever the values. CockroachDB's connections are left as they
+// are: its plans are cached per node, and no vacuum drops them.
 func keepGenericPlans(ctx context.Context, conn *pgx.Conn) error {
 	cockroach, err := schema.IsCockroach(ctx, conn)
 	if err != nil || cockroach {

@@ -3,8 +3,6 @@ package chaos
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +19,8 @@ import (
 
 	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/loadtest"
+	"github.com/orchardhq/orchard/loadtest/procs"
 	"github.com/orchardhq/orchard/pkg/sdk"
-	"github.com/orchardhq/orchard/pkg/tenancy"
 )
 
 // Config is a campaign: what runs, what it is offered, which faults hit it.
@@ -106,9 +104,9 @@ type campaign struct {
 	cfg         Config
 	db          *database
 	proxy       *dbProxy
-	api         *process
-	dispatchers []*process
-	workers     []*process
+	api         *procs.Process
+	dispatchers []*procs.Process
+	workers     []*procs.Process
 	apiURL      string
 	hc          *http.Client
 
@@ -212,9 +210,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.UnexpectedExits = map[string]int{}
 	for _, p := range c.all() {
-		if n, last := p.exits(); n > 0 {
-			rep.UnexpectedExits[p.name] = n
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s exited %d times on its own (last: %s); see logs/%s.log", p.name, n, last, p.name))
+		if n, last := p.Exits(); n > 0 {
+			rep.UnexpectedExits[p.Name] = n
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s exited %d times on its own (last: %s); see logs/%s.log", p.Name, n, last, p.Name))
 		}
 	}
 	rep.WallSeconds = Seconds(time.Since(began).Seconds())
@@ -254,27 +252,11 @@ func (c *campaign) startServices(ctx context.Context) (admin string, tokens map[
 		return "", nil, fmt.Errorf("orchard migrate: %w\n%s", err, out)
 	}
 
-	privPEM, pubPEM, err := tenancy.GenerateKeyPairPEM()
+	keys, err := procs.NewKeys(cfg.Dir, issuer, audience, "chaos")
 	if err != nil {
 		return "", nil, err
 	}
-	privFile, pubFile := filepath.Join(cfg.Dir, "signing-key.pem"), filepath.Join(cfg.Dir, "public-key.pem")
-	if err := errors.Join(os.WriteFile(privFile, privPEM, 0o600), os.WriteFile(pubFile, pubPEM, 0o644)); err != nil {
-		return "", nil, err
-	}
-	key, err := tenancy.ParsePrivateKeyPEM(privPEM)
-	if err != nil {
-		return "", nil, err
-	}
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: key, Issuer: issuer, Audience: audience})
-	if err != nil {
-		return "", nil, err
-	}
-	if admin, err = minter.Mint(tenancy.Claims{Subject: "chaos", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}}, 12*time.Hour); err != nil {
-		return "", nil, err
-	}
-	secret := make([]byte, 32)
-	_, _ = crand.Read(secret)
+	admin = keys.AdminToken
 
 	port, err := dbserver.FreePort()
 	if err != nil {
@@ -284,11 +266,11 @@ func (c *campaign) startServices(ctx context.Context) (admin string, tokens map[
 	c.apiURL = "http://" + listen
 	// Page and task tokens are signed with the secret: a worker's task
 	// outlives the API process that handed it out.
-	c.api = newProcess("api", filepath.Join(logs, "api.log"), cfg.Orchard, "api", "--listen", listen, "--ops-addr", "",
-		"--database-url", viaProxy.String(), "--jwt-public-key-file", pubFile, "--jwt-signing-key-file", privFile,
-		"--jwt-issuer", issuer, "--jwt-audience", audience, "--secret", hex.EncodeToString(secret),
+	c.api = procs.New("api", filepath.Join(logs, "api.log"), cfg.Orchard, "api", "--listen", listen, "--ops-addr", "",
+		"--database-url", viaProxy.String(), "--jwt-public-key-file", keys.PublicFile, "--jwt-signing-key-file", keys.PrivateFile,
+		"--jwt-issuer", issuer, "--jwt-audience", audience, "--secret", keys.Secret,
 		"--log-level", "warn", "--drain-timeout", "2s")
-	if err := c.api.start(); err != nil {
+	if err := c.api.Start(); err != nil {
 		return "", nil, err
 	}
 	for i := range cfg.Dispatchers {
@@ -298,8 +280,8 @@ func (c *campaign) startServices(ctx context.Context) (admin string, tokens map[
 			args = append(args, "--lease", cfg.DispatcherLease.String())
 		}
 		name := fmt.Sprintf("dispatcher-%d", i+1)
-		p := newProcess(name, filepath.Join(logs, name+".log"), args...)
-		if err := p.start(); err != nil {
+		p := procs.New(name, filepath.Join(logs, name+".log"), args...)
+		if err := p.Start(); err != nil {
 			return "", nil, err
 		}
 		c.dispatchers = append(c.dispatchers, p)
@@ -315,10 +297,10 @@ func (c *campaign) startWorkers(tenant, token string) error {
 	}
 	for i := range c.cfg.Plan.Workers.Count {
 		name := fmt.Sprintf("worker-%s-%d", tenant, i+1)
-		p := newProcess(name, filepath.Join(c.cfg.Dir, "logs", name+".log"), c.cfg.Self, "worker",
+		p := procs.New(name, filepath.Join(c.cfg.Dir, "logs", name+".log"), c.cfg.Self, "worker",
 			"--api", c.apiURL, "--token-file", tokenFile, "--identity", name,
 			"--concurrency", strconv.Itoa(c.cfg.Plan.Workers.Concurrency), "--lease", c.cfg.WorkerLease.String())
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return err
 		}
 		c.workers = append(c.workers, p)
@@ -326,8 +308,8 @@ func (c *campaign) startWorkers(tenant, token string) error {
 	return nil
 }
 
-func (c *campaign) all() []*process {
-	var out []*process
+func (c *campaign) all() []*procs.Process {
+	var out []*procs.Process
 	if c.api != nil {
 		out = append(out, c.api)
 	}
@@ -340,8 +322,8 @@ func (c *campaign) all() []*process {
 func (c *campaign) supervise(ctx context.Context) {
 	for loadtest.Sleep(ctx, 250*time.Millisecond) {
 		for _, p := range c.all() {
-			if restarted, err := p.restartIfExited(); restarted {
-				fmt.Fprintf(c.Progress(), "chaos: %s exited on its own; started again (%v)\n", p.name, err)
+			if restarted, err := p.RestartIfExited(); restarted {
+				fmt.Fprintf(c.Progress(), "chaos: %s exited on its own; started again (%v)\n", p.Name, err)
 			}
 		}
 	}
@@ -352,12 +334,12 @@ func (c *campaign) supervise(ctx context.Context) {
 func (c *campaign) stopAll() {
 	var wg sync.WaitGroup
 	for _, p := range c.workers {
-		wg.Go(func() { p.kill(syscall.SIGTERM, 5*time.Second) })
+		wg.Go(func() { p.Kill(syscall.SIGTERM, 5*time.Second) })
 	}
 	wg.Wait()
-	for _, p := range append([]*process{c.api}, c.dispatchers...) {
+	for _, p := range append([]*procs.Process{c.api}, c.dispatchers...) {
 		if p != nil {
-			wg.Go(func() { p.kill(syscall.SIGTERM, 5*time.Second) })
+			wg.Go(func() { p.Kill(syscall.SIGTERM, 5*time.Second) })
 		}
 	}
 	wg.Wait()

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orchardhq/orchard/loadtest"
+	"github.com/orchardhq/orchard/loadtest/procs"
 )
 
 // FaultKind is a kind of fault the campaign injects.
@@ -98,20 +100,20 @@ func (in *injector) inject(ctx context.Context, kind FaultKind) Fault {
 	cfg := in.c.cfg
 	switch kind {
 	case FaultDispatcherKill, FaultAPIKill, FaultWorkerKill:
-		procs := map[FaultKind][]*process{
+		procs := map[FaultKind][]*procs.Process{
 			FaultDispatcherKill: in.c.dispatchers, FaultAPIKill: {in.c.api}, FaultWorkerKill: in.c.workers,
 		}[kind]
 		if len(procs) == 0 {
 			return fail(errNoProcess)
 		}
 		p := procs[in.rng.IntN(len(procs))]
-		f.Target = p.name
+		f.Target = p.Name
 		f.At = time.Now()
-		p.kill(syscall.SIGKILL, time.Minute)
+		p.Kill(syscall.SIGKILL, time.Minute)
 		if !loadtest.Sleep(ctx, cfg.RestartDelay) {
 			return fail(ctx.Err())
 		}
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return fail(err)
 		}
 	case FaultDBRestart:
@@ -138,3 +140,6 @@ func (in *injector) inject(ctx context.Context, kind FaultKind) Fault {
 	f.End = time.Now()
 	return f
 }
+
+// errNoProcess: a fault aimed at a kind of process the campaign runs none of.
+var errNoProcess = errors.New("no such process")

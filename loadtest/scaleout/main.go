@@ -16,13 +16,11 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -36,7 +34,7 @@ import (
 
 	"github.com/orchardhq/orchard/internal/dbserver"
 	"github.com/orchardhq/orchard/loadtest"
-	"github.com/orchardhq/orchard/pkg/tenancy"
+	"github.com/orchardhq/orchard/loadtest/procs"
 )
 
 const (
@@ -82,11 +80,16 @@ func main() {
 	if cfg.hints != "postgres" && cfg.hints != "members" {
 		fatal(fmt.Errorf("--hints: %q is neither postgres nor members", cfg.hints))
 	}
-	if cfg.rounds < 1 || cfg.loops < 1 || cfg.duration <= 0 || cfg.warmup < 0 || cfg.dispatcherCPU < 0 || math.IsNaN(cfg.dispatcherCPU) {
-		fatal(errors.New("--rounds, --loops and --duration must be positive, --warmup and --dispatcher-cpu not negative"))
+	if cfg.rounds < 1 || cfg.loops < 1 || cfg.duration <= 0 || cfg.warmup < 0 {
+		fatal(errors.New("--rounds, --loops and --duration must be positive, --warmup not negative"))
+	}
+	if c := cfg.dispatcherCPU; c != 0 && !(c >= minCap && c <= 1024) {
+		fatal(fmt.Errorf("--dispatcher-cpu %v: 0 (no cap) or from %v to 1024 cores", c, minCap))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// After the first signal, a second one ends this program at once (the
+	// processes it started die with it).
+	context.AfterFunc(ctx, stop)
 	if err := run(ctx, cfg, os.Stdout); err != nil {
 		fatal(err)
 	}
@@ -102,8 +105,8 @@ type result struct {
 	dispatchers int
 	throughput  float64
 	// Cores used over the measured window, from the load test's report
-	// (API and dispatchers together, the database) and, per dispatcher
-	// process, over the whole run.
+	// (API and dispatchers together, the database), and by each dispatcher
+	// process over the whole load test, warmup included.
 	orchardCores, databaseCores, generatorCores float64
 	dispatcherCores                             []float64
 }
@@ -115,7 +118,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
 		return err
 	}
-	keys, err := writeKeys(cfg.dir)
+	keys, err := procs.NewKeys(cfg.dir, issuer, audience, "scaleout")
 	if err != nil {
 		return err
 	}
@@ -128,8 +131,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				return err
 			}
 			results = append(results, r)
-			fmt.Fprintf(out, "round %d  %d dispatcher(s)  %7.1f orchestrations/s  cores: orchard %.2f (dispatchers %s), database %.2f, generator %.2f\n",
-				round+1, n, r.throughput, r.orchardCores, coresString(r.dispatcherCores), r.databaseCores, r.generatorCores)
+			fmt.Fprintf(out, "round %d  %d dispatcher(s)  %7.1f orchestrations/s  cores: orchard %.2f, database %.2f, generator %.2f; each dispatcher over the whole run %s\n",
+				round+1, n, r.throughput, r.orchardCores, r.databaseCores, r.generatorCores, coresString(r.dispatcherCores))
 		}
 	}
 	base := mean(results, cfg.dispatchers[0])
@@ -167,53 +170,25 @@ func coresString(cs []float64) string {
 	return strings.Join(parts, " ")
 }
 
-// keyFiles are the API's token keys and the platform admin token the load
-// test creates its tenants with.
-type keyFiles struct{ private, public, adminToken, secret string }
-
-func writeKeys(dir string) (keyFiles, error) {
-	privPEM, pubPEM, err := tenancy.GenerateKeyPairPEM()
-	if err != nil {
-		return keyFiles{}, err
-	}
-	key, err := tenancy.ParsePrivateKeyPEM(privPEM)
-	if err != nil {
-		return keyFiles{}, err
-	}
-	minter, err := tenancy.NewMinter(tenancy.MinterConfig{PrivateKey: key, Issuer: issuer, Audience: audience, MaxTTL: 24 * time.Hour})
-	if err != nil {
-		return keyFiles{}, err
-	}
-	token, err := minter.Mint(tenancy.Claims{Subject: "scaleout", Roles: []tenancy.Role{tenancy.RolePlatformAdmin}}, 24*time.Hour)
-	if err != nil {
-		return keyFiles{}, err
-	}
-	k := keyFiles{
-		private: filepath.Join(dir, "signing-key.pem"), public: filepath.Join(dir, "public-key.pem"),
-		adminToken: filepath.Join(dir, "admin-token"), secret: hex.EncodeToString(key.Seed()),
-	}
-	for path, data := range map[string][]byte{k.private: privPEM, k.public: pubPEM, k.adminToken: []byte(token)} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return keyFiles{}, err
-		}
-	}
-	return k, nil
-}
-
 // runOnce measures one run of n dispatchers on a fresh database.
-func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int) (result, error) {
+func runOnce(ctx context.Context, cfg config, keys procs.Keys, name string, n int) (res result, err error) {
 	dir := filepath.Join(cfg.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return result{}, err
 	}
-	data := filepath.Join(dir, "db", "data")
-	db, err := dbserver.StartPostgres(ctx, dbserver.PostgresOptions{Dir: filepath.Join(dir, "db")})
+	// The database runs as another user when we are root: its directory
+	// must be one that user can reach.
+	dbDir, err := os.MkdirTemp("", "orchard-scaleout-db-")
 	if err != nil {
 		return result{}, err
 	}
-	// The cluster goes, its log stays.
-	defer func() { _ = db.Stop(); _ = os.RemoveAll(data) }()
-	dbPid, err := postmasterPid(data)
+	defer os.RemoveAll(dbDir)
+	db, err := dbserver.StartPostgres(ctx, dbserver.PostgresOptions{Dir: dbDir})
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Stop()
+	dbPid, err := postmasterPid(filepath.Join(dbDir, "data"))
 	if err != nil {
 		return result{}, err
 	}
@@ -226,57 +201,59 @@ func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int)
 		return result{}, err
 	}
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var procs []*exec.Cmd
+
+	var started []*procs.Process
 	var caps []*cpuCap
 	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		for _, p := range procs {
-			_ = p.Wait()
+		for _, p := range started {
+			p.Kill(syscall.SIGTERM, 5*time.Second)
 		}
 		for _, c := range caps {
-			c.remove()
+			if rerr := c.remove(); rerr != nil && err == nil {
+				err = rerr
+			}
 		}
 	}()
-	hints, err := hintArgs(cfg.hints, keys.secret)
+	start := func(p *procs.Process) error {
+		started = append(started, p)
+		return p.Start()
+	}
+	hints, err := hintArgs(cfg.hints, keys.Secret)
 	if err != nil {
 		return result{}, err
 	}
-	apiProc, err := start(dir, "api", append([]string{cfg.orchard, "api", "--database-url", db.URL, "--listen", listen,
-		"--jwt-public-key-file", keys.public, "--jwt-signing-key-file", keys.private, "--jwt-issuer", issuer,
-		"--jwt-audience", audience, "--secret", keys.secret, "--log-level", "warn"}, hints...)...)
-	if err != nil {
+	api := procs.New("api", filepath.Join(dir, "api.log"), append([]string{cfg.orchard, "api", "--database-url", db.URL,
+		"--listen", listen, "--jwt-public-key-file", keys.PublicFile, "--jwt-signing-key-file", keys.PrivateFile,
+		"--jwt-issuer", issuer, "--jwt-audience", audience, "--secret", keys.Secret, "--log-level", "warn",
+		"--drain-timeout", "2s"}, hints...)...)
+	if err := start(api); err != nil {
 		return result{}, err
 	}
-	procs = append(procs, apiProc)
-	pids := []int{apiProc.Process.Pid, dbPid}
 	var dispatchers []int
 	for i := range n {
-		hints, err := hintArgs(cfg.hints, keys.secret)
+		hints, err := hintArgs(cfg.hints, keys.Secret)
 		if err != nil {
 			return result{}, err
 		}
-		p, err := start(dir, fmt.Sprintf("dispatcher-%d", i+1), append([]string{cfg.orchard, "dispatcher", "--database-url", db.URL,
-			"--loops", strconv.Itoa(cfg.loops), "--log-level", "warn"}, hints...)...)
-		if err != nil {
+		p := procs.New(fmt.Sprintf("dispatcher-%d", i+1), filepath.Join(dir, fmt.Sprintf("dispatcher-%d.log", i+1)),
+			append([]string{cfg.orchard, "dispatcher", "--database-url", db.URL, "--loops", strconv.Itoa(cfg.loops),
+				"--log-level", "warn", "--drain-timeout", "2s"}, hints...)...)
+		if err := start(p); err != nil {
 			return result{}, err
 		}
-		procs = append(procs, p)
 		if cfg.dispatcherCPU > 0 {
-			cg, err := newCPUCap(fmt.Sprintf("orchard-scaleout-%d-%d", os.Getpid(), i+1), cfg.dispatcherCPU)
+			cg, err := newCPUCap(fmt.Sprintf("orchard-scaleout-%d-%s-%d", os.Getpid(), name, i+1), cfg.dispatcherCPU)
 			if err != nil {
 				return result{}, err
 			}
 			caps = append(caps, cg)
-			if err := cg.add(p.Process.Pid); err != nil {
+			if err := cg.add(p.Pid()); err != nil {
 				return result{}, err
 			}
 		}
-		dispatchers = append(dispatchers, p.Process.Pid)
+		dispatchers = append(dispatchers, p.Pid())
 	}
-	pids = append(pids, dispatchers...)
-	if err := waitListening(ctx, listen); err != nil {
+	if err := waitListening(ctx, listen, api, dir); err != nil {
 		return result{}, err
 	}
 
@@ -285,32 +262,42 @@ func runOnce(ctx context.Context, cfg config, keys keyFiles, name string, n int)
 		return result{}, err
 	}
 	began := time.Now()
-	args := []string{"loadtest", "--addr", "http://" + listen, "--token-file", keys.adminToken, "--plan", cfg.plan,
+	args := []string{"loadtest", "--addr", "http://" + listen, "--token", keys.AdminToken, "--plan", cfg.plan,
 		"--duration", cfg.duration.String(), "--quiet", "--out", filepath.Join(dir, "report"), "-o", "json"}
 	if cfg.warmup > 0 {
 		args = append(args, "--warmup", cfg.warmup.String())
 	}
-	for _, pid := range pids {
+	for _, pid := range append([]int{api.Pid(), dbPid}, dispatchers...) {
 		args = append(args, "--cpu-pid", strconv.Itoa(pid))
 	}
 	lt := exec.CommandContext(ctx, cfg.orchard, args...)
 	if msg, err := lt.CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return result{}, errors.New("interrupted")
+		}
 		return result{}, fmt.Errorf("orchard loadtest: %w\n%s", err, msg)
 	}
 	elapsed := time.Since(began)
+	// A process that died during the run would leave the figures of fewer
+	// processes than the run names.
+	for _, p := range started {
+		if exits, last := p.Exits(); exits > 0 {
+			return result{}, fmt.Errorf("%s exited during the run (%s); see %s", p.Name, last, filepath.Join(dir, p.Name+".log"))
+		}
+	}
 	after, err := cpuTimes(dispatchers)
 	if err != nil {
 		return result{}, err
 	}
-	r, err := readReport(filepath.Join(dir, "report", "report.json"))
+	res, err = readReport(filepath.Join(dir, "report", "report.json"))
 	if err != nil {
 		return result{}, err
 	}
-	r.dispatchers = n
+	res.dispatchers = n
 	for i := range dispatchers {
-		r.dispatcherCores = append(r.dispatcherCores, (after[i]-before[i]).Seconds()/elapsed.Seconds())
+		res.dispatcherCores = append(res.dispatcherCores, (after[i]-before[i]).Seconds()/elapsed.Seconds())
 	}
-	return r, nil
+	return res, nil
 }
 
 // hintArgs are a process's flags for hints: with members, an ops endpoint
@@ -326,23 +313,8 @@ func hintArgs(mode, secret string) ([]string, error) {
 	return []string{"--hints", "members", "--hints-secret", secret, "--ops-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 
-// start starts one of the run's processes, its output in dir/name.log.
-func start(dir, name string, args ...string) (*exec.Cmd, error) {
-	log, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return cmd, nil
-}
-
-func waitListening(ctx context.Context, addr string) error {
+// waitListening waits until the API accepts connections, or exited.
+func waitListening(ctx context.Context, addr string, api *procs.Process, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -350,10 +322,12 @@ func waitListening(ctx context.Context, addr string) error {
 		if err == nil {
 			return conn.Close()
 		}
-		if ctx.Err() != nil {
+		if exits, last := api.Exits(); exits > 0 {
+			return fmt.Errorf("the API exited (%s); see %s", last, filepath.Join(dir, "api.log"))
+		}
+		if !loadtest.Sleep(ctx, 50*time.Millisecond) {
 			return fmt.Errorf("the API did not listen on %s: %w", addr, err)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -400,40 +374,37 @@ func readReport(path string) (result, error) {
 // cpuCap is a cgroup that caps the CPU of the processes in it.
 type cpuCap struct{ dir string }
 
+// cpuPeriod is the cgroups' CPU period (µs); the kernel takes quotas of
+// 1 ms and more, so the least cap is minCap cores.
+const (
+	cpuPeriod = 100_000
+	minCap    = 0.01
+)
+
 // newCPUCap makes a cgroup capped at cores CPUs: with cgroup v2's cpu.max
 // where the cpu controller is enabled at the root, else with cgroup v1's
 // cpu controller.
 func newCPUCap(name string, cores float64) (*cpuCap, error) {
-	const period = 100_000 // µs
-	quota := int(cores * period)
-	if quota < 1000 {
-		return nil, fmt.Errorf("a cap of %.3f cores is below the kernel's least quota", cores)
-	}
+	quota := int(cores * cpuPeriod)
 	if ctl, err := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control"); err == nil && slices.Contains(strings.Fields(string(ctl)), "cpu") {
-		c := &cpuCap{dir: filepath.Join("/sys/fs/cgroup", name)}
-		return c, c.make(map[string]string{"cpu.max": fmt.Sprintf("%d %d", quota, period)})
+		return makeCPUCap(filepath.Join("/sys/fs/cgroup", name), "cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriod))
 	}
 	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); err == nil {
-		c := &cpuCap{dir: filepath.Join("/sys/fs/cgroup/cpu", name)}
-		return c, c.make(map[string]string{"cpu.cfs_period_us": strconv.Itoa(period), "cpu.cfs_quota_us": strconv.Itoa(quota)})
+		// The period is the kernel's default; only the quota is set.
+		return makeCPUCap(filepath.Join("/sys/fs/cgroup/cpu", name), "cpu.cfs_quota_us", strconv.Itoa(quota))
 	}
 	return nil, errors.New("--dispatcher-cpu needs a writable cgroup cpu controller (v2 at /sys/fs/cgroup with cpu enabled, or v1 at /sys/fs/cgroup/cpu)")
 }
 
-func (c *cpuCap) make(settings map[string]string) error {
-	if err := os.Mkdir(c.dir, 0o755); err != nil {
-		return fmt.Errorf("make cgroup: %w", err)
+func makeCPUCap(dir, file, value string) (*cpuCap, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("make cgroup: %w", err)
 	}
-	// The period before the quota: v1 refuses a quota above the old period's.
-	for _, file := range []string{"cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.max"} {
-		if v, ok := settings[file]; ok {
-			if err := os.WriteFile(filepath.Join(c.dir, file), []byte(v), 0o644); err != nil {
-				_ = os.Remove(c.dir)
-				return fmt.Errorf("set %s: %w", file, err)
-			}
-		}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("set %s: %w", file, err)
 	}
-	return nil
+	return &cpuCap{dir: dir}, nil
 }
 
 func (c *cpuCap) add(pid int) error {
@@ -441,4 +412,9 @@ func (c *cpuCap) add(pid int) error {
 }
 
 // remove removes the cgroup; its processes have exited.
-func (c *cpuCap) remove() { _ = os.Remove(c.dir) }
+func (c *cpuCap) remove() error {
+	if err := os.Remove(c.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cgroup: %w", err)
+	}
+	return nil
+}

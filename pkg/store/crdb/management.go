@@ -41,8 +41,8 @@ const joinCurrentExecution = `LEFT JOIN executions e ON e.tenant_id = i.tenant_i
 // (docs/decisions/store-listings-plan-with-values.md). It goes by the
 // simple protocol, the values quoted into the text by pgx: PostgreSQL
 // plans such a query once, with them, whatever the session's
-// plan_cache_mode (an unnamed prepared statement follows it, and `orchard
-// dev`'s pools force generic plans). Arguments must then have types pgx
+// plan_cache_mode (an unnamed prepared statement follows it, and the
+// commands' pools force generic plans on PostgreSQL). Arguments must then have types pgx
 // quotes from Go: strings, int64, []string.
 func customPlan(args namedArgs) []any {
 	return []any{pgx.QueryExecModeSimpleProtocol, args}

@@ -17,12 +17,11 @@ import (
 )
 
 // A listing built from a filter is planned with its values even on
-// connections that force generic plans, as `orchard dev`'s do (customPlan):
+// connections that force generic plans, as the commands' do (customPlan):
 // the plan PostgreSQL reports for it (auto_explain, sent back as a notice)
 // compares with the values themselves, not with $1. Its ids, statuses and
 // range still select what they name, on either database (CockroachDB has
-// neither auto_explain nor this plan_cache_mode: there only the listing's
-// result is checked).
+// no auto_explain: there only the listing's result is checked).
 func TestFilterStatementsPlanWithTheirValues(t *testing.T) {
 	t.Parallel()
 	postgres := !testdb.SharedServer(t).Cockroach
