@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bytes"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/internal/testlog"
 )
 
 // migrate status fails while migrations are pending, and says the schema is
@@ -15,7 +16,10 @@ func TestMigrateStatus(t *testing.T) {
 	t.Parallel()
 	url := testdb.EmptyURL(t)
 	status := func() (string, error) {
-		var out bytes.Buffer
+		// Synchronized: the command makes the process's default logger
+		// write to its stderr, where other tests' servers may log while it
+		// runs (see cliSystem.runIn).
+		var out testlog.Buffer
 		root := rootCommand()
 		root.SetOut(&out)
 		root.SetErr(&out)
@@ -29,7 +33,8 @@ func TestMigrateStatus(t *testing.T) {
 	require.Contains(t, out, "pending")
 
 	root := rootCommand()
-	root.SetOut(&bytes.Buffer{})
+	root.SetOut(io.Discard)
+	root.SetErr(io.Discard)
 	root.SetArgs([]string{"migrate", "--database-url", url, "--river-database-url", url})
 	require.NoError(t, root.ExecuteContext(t.Context()))
 	out, err = status()
