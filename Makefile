@@ -14,7 +14,7 @@ COMMIT      ?= $(shell git rev-parse --verify -q HEAD || echo unknown)
 BUILD_DATE  ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE)
 
-.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos scaleout definition-schema
+.PHONY: run test lint bench bench-dispatcher ci proto proto-check crdb-check loadtest chaos scaleout targets definition-schema
 
 run:
 	$(GO) build -o bin/orchard ./cmd/orchard
@@ -131,6 +131,16 @@ loadtest:
 scaleout:
 	$(GO) build -o bin/ ./cmd/orchard ./loadtest/scaleout
 	./bin/scaleout --orchard bin/orchard $(SCALEOUT_ARGS)
+
+# The performance goals, measured in one sitting (loadtest/targets): pgbench's
+# insert rate on a PostgreSQL server set up as orchard dev's, then burst, half
+# load (at half the W just measured), one in flight, chains, and fairness
+# beside fairness-alone, each on a fresh `orchard dev`; a table of the means
+# against the goals. TARGETS_ARGS adds flags (--compare OTHER_ORCHARD_BINARY,
+# --rounds 3, --skip fairness); the reports land in .orchard/targets/.
+targets:
+	$(GO) build -o bin/ ./cmd/orchard ./loadtest/targets
+	./bin/targets --orchard bin/orchard $(TARGETS_ARGS)
 
 # The short fault campaign (loadtest/chaos): the services as processes of
 # their own under load, faults injected every 4 s for 30 s (kill -9 of a

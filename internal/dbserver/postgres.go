@@ -37,6 +37,21 @@ type PostgresOptions struct {
 // ErrNoPostgres says that no PostgreSQL server binaries could be found.
 var ErrNoPostgres = errors.New("no PostgreSQL server binaries (initdb, postgres) on PATH or under /usr/lib/postgresql/*/bin")
 
+// PostgresTool is the path of one of PostgreSQL's programs (pgbench, psql)
+// beside the server binaries StartPostgres runs, so that a measurement
+// against its server uses the client of the same release.
+func PostgresTool(name string) (string, error) {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(bin, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s is not beside the PostgreSQL server binaries: %w", name, err)
+	}
+	return path, nil
+}
+
 // postgresBinDir finds the directory that holds initdb and postgres.
 func postgresBinDir() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {

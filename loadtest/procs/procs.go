@@ -6,12 +6,14 @@
 package procs
 
 import (
+	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -163,4 +165,13 @@ func NewKeys(dir, issuer, audience, subject string) (Keys, error) {
 	_, _ = crand.Read(secret)
 	k.Secret = hex.EncodeToString(secret)
 	return k, nil
+}
+
+// SignalContext is the context of a program that starts processes: done at
+// the first SIGINT or SIGTERM, which has the program stop them with their
+// grace; a second signal ends the program at once (they die with it).
+func SignalContext() context.Context {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx
 }

@@ -24,7 +24,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -86,11 +85,7 @@ func main() {
 	if c := cfg.dispatcherCPU; c != 0 && !(c >= minCap && c <= 1024) {
 		fatal(fmt.Errorf("--dispatcher-cpu %v: 0 (no cap) or from %v to 1024 cores", c, minCap))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// After the first signal, a second one ends this program at once (the
-	// processes it started die with it).
-	context.AfterFunc(ctx, stop)
-	if err := run(ctx, cfg, os.Stdout); err != nil {
+	if err := run(procs.SignalContext(), cfg, os.Stdout); err != nil {
 		fatal(err)
 	}
 }
