@@ -30,7 +30,9 @@ type seriesKey struct{ tenant, load string }
 // series is one load's record: the measured window's latencies, its
 // errors by code, and one histogram per second for the timeline.
 type series struct {
-	hist      *hdrhistogram.Histogram
+	hist *hdrhistogram.Histogram
+	// started counts the orchestrations that started, completed or not.
+	started   int64
 	completed int64
 	errors    map[string]int64
 	seconds   map[int]*hdrhistogram.Histogram
@@ -57,7 +59,8 @@ func NewRecorder(start, end time.Time) *Recorder {
 }
 
 // Record records one orchestration of a load that ended at end after
-// latency, with err nil when it completed.
+// latency, with err nil when it completed (a startedError when it failed
+// after it started).
 func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Duration, err error) {
 	micros := max(latency.Microseconds(), minLatencyMicros)
 	micros = min(micros, maxLatencyMicros)
@@ -80,9 +83,13 @@ func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Durat
 		r.series[k] = s
 	}
 	if err != nil {
+		if errors.As(err, new(*startedError)) {
+			s.started++
+		}
 		s.errors[ErrorCode(err)]++
 		return
 	}
+	s.started++
 	s.completed++
 	_ = s.hist.RecordValue(micros)
 	sec := int(end.Sub(r.start) / time.Second)

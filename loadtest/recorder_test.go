@@ -20,17 +20,21 @@ func TestRecorderCountsOnlyTheMeasuredWindow(t *testing.T) {
 	r.Record("a", "x", start.Add(-time.Millisecond), time.Second, nil) // warmup
 	r.Record("a", "x", start, 10*time.Millisecond, nil)
 	r.Record("a", "x", start.Add(1500*time.Millisecond), 30*time.Millisecond, nil)
-	r.Record("a", "x", start.Add(2*time.Second), 0, &endedError{status: "Failed"})
-	r.Record("a", "x", start.Add(10*time.Second), time.Second, nil) // after the end
+	r.Record("a", "x", start.Add(2*time.Second), 0, &startedError{&endedError{status: "Failed"}})
+	refused := &sdk.Error{Code: connect.CodeResourceExhausted}
+	r.Record("a", "x", start.Add(3*time.Second), 0, refused)                // its start
+	r.Record("a", "x", start.Add(3*time.Second), 0, &startedError{refused}) // its wait
+	r.Record("a", "x", start.Add(10*time.Second), time.Second, nil)         // after the end
 	done, _, ended, failed := r.Progress()
 	require.Equal(t, int64(4), done, "progress counts the warmup too")
-	require.Equal(t, int64(5), ended)
-	require.Equal(t, int64(1), failed)
+	require.Equal(t, int64(7), ended)
+	require.Equal(t, int64(3), failed)
 	keys, all := r.snapshot()
 	require.Equal(t, []seriesKey{{"a", "x"}}, keys)
 	s := all[keys[0]]
 	require.Equal(t, int64(2), s.completed)
-	require.Equal(t, map[string]int64{"ended_Failed": 1}, s.errors)
+	require.Equal(t, int64(4), s.started, "the completed, the failed and the one whose wait was refused")
+	require.Equal(t, map[string]int64{"ended_Failed": 1, "resource_exhausted": 2}, s.errors)
 	require.Len(t, s.seconds, 2)
 	require.Equal(t, int64(1), s.seconds[1].TotalCount())
 	done, _, _, _ = r.Progress()
@@ -40,7 +44,8 @@ func TestRecorderCountsOnlyTheMeasuredWindow(t *testing.T) {
 func TestErrorCode(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "resource_exhausted", ErrorCode(fmt.Errorf("start: %w", &sdk.Error{Code: connect.CodeResourceExhausted})))
-	require.Equal(t, "ended_Cancelled", ErrorCode(&endedError{status: "Cancelled"}))
+	require.Equal(t, "ended_Cancelled", ErrorCode(&startedError{&endedError{status: "Cancelled"}}))
+	require.Equal(t, "resource_exhausted", ErrorCode(&startedError{&sdk.Error{Code: connect.CodeResourceExhausted}}))
 	require.Equal(t, "deadline_exceeded", ErrorCode(context.DeadlineExceeded))
 	require.Equal(t, "canceled", ErrorCode(context.Canceled))
 	require.Equal(t, "other", ErrorCode(errors.New("boom")))

@@ -47,7 +47,10 @@ type LoadResult struct {
 	Mode   string `json:"mode,omitempty"`
 	// Offered is the open loop's rate or the closed loop's in-flight count.
 	Offered float64 `json:"offered,omitempty"`
-	// Completed orchestrations, and per second.
+	// Started orchestrations (completed or not: a tenant past its rate
+	// limit may start more than it is let wait for), and those completed,
+	// and per second.
+	Started    int64   `json:"started"`
 	Completed  int64   `json:"completed"`
 	Throughput float64 `json:"throughput_per_s"`
 	// Generations is the continue-as-new executions per second.
@@ -128,7 +131,7 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 				res.Offered = float64(l.InFlight)
 			}
 			if s := all[seriesKey{t.ID, l.Name}]; s != nil {
-				res.Completed = s.completed
+				res.Started, res.Completed = s.started, s.completed
 				res.Latency = latencyOf(s.hist)
 				maps.Copy(res.Errors, s.errors)
 				perTenant[t.ID].Merge(s.hist)
@@ -139,12 +142,14 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 				res.Generations = res.Throughput * float64(l.Generations)
 			}
 			tr := tenantResults[t.ID]
+			tr.Started += res.Started
 			tr.Completed += res.Completed
 			tr.Generations += res.Generations
 			for code, n := range res.Errors {
 				tr.Errors[code] += n
 				rep.Total.Errors[code] += n
 			}
+			rep.Total.Started += res.Started
 			rep.Total.Completed += res.Completed
 			rep.Total.Generations += res.Generations
 			rep.Loads = append(rep.Loads, res)
@@ -192,7 +197,7 @@ func perSecond(n int64, seconds float64) float64 {
 func (rep *Report) WriteSummary(w io.Writer) error {
 	fmt.Fprintf(w, "plan %s against %s: %.1fs measured\n", rep.Plan, rep.API, rep.Seconds)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tenant\tload\tmode\toffered\tcompleted\tper s\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\terrors\t")
+	fmt.Fprintln(tw, "tenant\tload\tmode\toffered\tstarted\tcompleted\tper s\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\terrors\t")
 	row := func(r LoadResult) {
 		load, mode, offered := r.Load, r.Mode, ""
 		if load == "" {
@@ -209,8 +214,8 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 			perS += fmt.Sprintf(" (%.0f gen/s)", r.Generations)
 		}
 		l := r.Latency
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			r.Tenant, load, mode, offered, r.Completed, perS, l.P50, l.P90, l.P99, l.P999, l.Max, formatErrors(r.Errors))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			r.Tenant, load, mode, offered, r.Started, r.Completed, perS, l.P50, l.P90, l.P99, l.P999, l.Max, formatErrors(r.Errors))
 	}
 	for _, r := range rep.Loads {
 		row(r)

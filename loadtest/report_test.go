@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/pkg/sdk"
 )
 
 // TestP99RestsOn: the note names the sample HdrHistogram takes as the p99.
@@ -43,7 +46,8 @@ tenants:
 		r.Record("a", "one-activity", start.Add(time.Duration(i)*time.Second), time.Duration(i+1)*time.Millisecond, nil)
 	}
 	r.Record("a", "continue-as-new", start.Add(time.Second), 100*time.Millisecond, nil)
-	r.Record("a", "continue-as-new", start.Add(time.Second), 0, &endedError{status: "Failed"})
+	r.Record("a", "continue-as-new", start.Add(time.Second), 0, &startedError{&endedError{status: "Failed"}})
+	r.Record("b", "one-activity", start.Add(time.Second), 0, &sdk.Error{Code: connect.CodeResourceExhausted})
 	r.Record("b", "one-activity", start.Add(time.Second), 5*time.Millisecond, nil)
 	rep := buildReport(r, plan, 10)
 	require.Len(t, rep.Loads, 3)
@@ -58,7 +62,10 @@ tenants:
 	require.Equal(t, int64(11), rep.Tenants[0].Completed)
 	require.Equal(t, int64(1), rep.Tenants[1].Completed)
 	require.Equal(t, int64(12), rep.Total.Completed)
-	require.Equal(t, map[string]int64{"ended_Failed": 1}, rep.Total.Errors)
+	require.Equal(t, int64(2), can.Started, "the failed chain started")
+	require.Equal(t, []int64{12, 1}, []int64{rep.Tenants[0].Started, rep.Tenants[1].Started}, "b's refused start is not one")
+	require.Equal(t, int64(13), rep.Total.Started)
+	require.Equal(t, map[string]int64{"ended_Failed": 1, "resource_exhausted": 1}, rep.Total.Errors)
 	require.Len(t, rep.Timeline, 10+1+1)
 	require.Equal(t, []string{
 		"a's p99 rests on 11 orchestrations: its 1st slowest; a run long or busy enough for 1000 gives a steadier tail",

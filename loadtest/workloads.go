@@ -107,7 +107,8 @@ func ChildID(parent string) string { return parent + "-child" }
 
 // runOne runs one orchestration of the load to its end: start, the
 // client's part (an event), wait. It returns the failure's code, or "" when
-// the orchestration completed.
+// the orchestration completed. A failure after the start is a startedError:
+// the server runs the orchestration all the same.
 func (l *LoadPlan) runOne(ctx context.Context, c *sdk.Client, seq int64) error {
 	id, err := l.Start(ctx, c, seq)
 	if err != nil {
@@ -115,18 +116,25 @@ func (l *LoadPlan) runOne(ctx context.Context, c *sdk.Client, seq int64) error {
 	}
 	if l.Kind == KindEvent {
 		if err := c.RaiseEvent(ctx, id, "go", seq); err != nil {
-			return err
+			return &startedError{err}
 		}
 	}
 	in, err := c.Wait(ctx, id)
 	if err != nil {
-		return err
+		return &startedError{err}
 	}
 	if in.Status != sdk.StatusCompleted {
-		return &endedError{status: string(in.Status)}
+		return &startedError{&endedError{status: string(in.Status)}}
 	}
 	return nil
 }
+
+// startedError is a failure of an orchestration that started: a refused or
+// failed wait, an end other than Completed.
+type startedError struct{ err error }
+
+func (e *startedError) Error() string { return e.err.Error() }
+func (e *startedError) Unwrap() error { return e.err }
 
 // endedError: an orchestration ended, but not Completed.
 type endedError struct{ status string }
