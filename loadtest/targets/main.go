@@ -90,6 +90,9 @@ func main() {
 	if !(cfg.halfRate >= 0 && cfg.halfRate <= 1e6) {
 		fatal(fmt.Errorf("--half-rate %v: 0 (half of the measured W) or a rate up to 1e6/s", cfg.halfRate))
 	}
+	if cfg.run["half-load"] && !cfg.run["burst"] && cfg.halfRate == 0 {
+		fatal(errors.New("half-load runs at half of burst's W: keep burst, or give --half-rate"))
+	}
 	for _, b := range cfg.binaries {
 		if _, err := os.Stat(b); err != nil {
 			fatal(err)
@@ -184,9 +187,6 @@ func measure(ctx context.Context, cfg config, m, bin, name string, base, f figur
 	case "half-load":
 		rate := cfg.halfRate
 		if rate == 0 {
-			if len(base["burst"]) == 0 {
-				return "", errors.New("half-load needs burst's W, or --half-rate")
-			}
 			rate = math.Round(mean(base["burst"]) / 2)
 		}
 		plan, err := halfLoadPlan(filepath.Join(cfg.dir, name+".yaml"), rate)
