@@ -47,9 +47,10 @@ type LoadResult struct {
 	Mode   string `json:"mode,omitempty"`
 	// Offered is the open loop's rate or the closed loop's in-flight count.
 	Offered float64 `json:"offered,omitempty"`
-	// Started orchestrations (completed or not: a tenant past its rate
-	// limit may start more than it is let wait for), and those completed,
-	// and per second.
+	// Of the outcomes in the measured window, Started counts those of
+	// orchestrations that started (completed or not: a tenant past its
+	// rate limit may start more than it is let wait for) and Completed
+	// those that completed, also per second.
 	Started    int64   `json:"started"`
 	Completed  int64   `json:"completed"`
 	Throughput float64 `json:"throughput_per_s"`
