@@ -19,8 +19,15 @@ type Limits struct {
 	// tenant's worker calls and its other calls each have a bucket of this
 	// rate and Burst (services/api, access.worker).
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
-	// Burst is how many requests may come at once above the rate. Default 200.
+	// Burst is how many requests may come at once above the rate, and
+	// starts above StartsPerSecond. Default 200.
 	Burst int `json:"burst,omitempty"`
+	// StartsPerSecond is the sustained rate of orchestration starts: a
+	// start takes a request and a start, so the tenant's reads, waits and
+	// other calls keep the whole request rate while the work it creates
+	// is bounded. Default: the request rate (a start is then bounded by
+	// the request bucket alone).
+	StartsPerSecond float64 `json:"starts_per_second,omitempty"`
 	// MaxRunningInstances bounds the instances not yet terminal. Default 10,000.
 	MaxRunningInstances int64 `json:"max_running_instances,omitempty"`
 	// MaxPayloadBytes bounds one input, output or event payload. Default 1 MiB.
@@ -45,6 +52,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		RequestsPerSecond:            100,
 		Burst:                        200,
+		StartsPerSecond:              100, // RequestsPerSecond's, which an unset rate follows
 		MaxRunningInstances:          10_000,
 		MaxPayloadBytes:              1 << 20,
 		MaxHistoryEventsPerExecution: 10_000,
@@ -74,6 +82,9 @@ func (l Limits) Effective() Limits {
 	if !(l.RequestsPerSecond > 0 && l.RequestsPerSecond <= MaxRequestsPerSecond) {
 		l.RequestsPerSecond = d.RequestsPerSecond
 	}
+	if !(l.StartsPerSecond > 0 && l.StartsPerSecond <= MaxRequestsPerSecond) {
+		l.StartsPerSecond = l.RequestsPerSecond
+	}
 	l.Burst = int(inRangeOr(int64(l.Burst), MaxBurst, int64(d.Burst)))
 	l.MaxRunningInstances = inRangeOr(l.MaxRunningInstances, MaxRunningInstancesCeiling, d.MaxRunningInstances)
 	l.MaxPayloadBytes = inRangeOr(l.MaxPayloadBytes, MaxPayloadBytesCeiling, d.MaxPayloadBytes)
@@ -98,6 +109,9 @@ func (l Limits) Validate() error {
 	var errs []error
 	if math.IsNaN(l.RequestsPerSecond) || l.RequestsPerSecond < 0 || l.RequestsPerSecond > MaxRequestsPerSecond {
 		errs = append(errs, fmt.Errorf("requests_per_second must be in [0, %d]", MaxRequestsPerSecond))
+	}
+	if math.IsNaN(l.StartsPerSecond) || l.StartsPerSecond < 0 || l.StartsPerSecond > MaxRequestsPerSecond {
+		errs = append(errs, fmt.Errorf("starts_per_second must be in [0, %d]", MaxRequestsPerSecond))
 	}
 	if l.Burst < 0 || l.Burst > MaxBurst {
 		errs = append(errs, fmt.Errorf("burst must be in [0, %d]", MaxBurst))

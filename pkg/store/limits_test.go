@@ -22,9 +22,12 @@ func TestLimitsJSONDefaults(t *testing.T) {
 		{"null", `null`, d},
 		{"empty object", `{}`, d},
 		{"one field set", `{"max_payload_bytes": 4096}`, func() store.Limits { l := d; l.MaxPayloadBytes = 4096; return l }()},
-		{"all fields set", `{"requests_per_second": 5.5, "burst": 10, "max_running_instances": 7, "max_payload_bytes": 100, "max_history_events_per_execution": 50, "max_value_bytes": 60, "max_turn_state_bytes": 70, "turn_budget_millis": 80}`,
-			store.Limits{RequestsPerSecond: 5.5, Burst: 10, MaxRunningInstances: 7, MaxPayloadBytes: 100, MaxHistoryEventsPerExecution: 50, MaxValueBytes: 60, MaxTurnStateBytes: 70, TurnBudgetMillis: 80}},
+		{"all fields set", `{"requests_per_second": 5.5, "burst": 10, "starts_per_second": 2.5, "max_running_instances": 7, "max_payload_bytes": 100, "max_history_events_per_execution": 50, "max_value_bytes": 60, "max_turn_state_bytes": 70, "turn_budget_millis": 80}`,
+			store.Limits{RequestsPerSecond: 5.5, Burst: 10, StartsPerSecond: 2.5, MaxRunningInstances: 7, MaxPayloadBytes: 100, MaxHistoryEventsPerExecution: 50, MaxValueBytes: 60, MaxTurnStateBytes: 70, TurnBudgetMillis: 80}},
 		{"explicit zero means default", `{"burst": 0}`, d},
+		// Starts follow the request rate unless they are set.
+		{"request rate alone", `{"requests_per_second": 1000}`, func() store.Limits { l := d; l.RequestsPerSecond, l.StartsPerSecond = 1000, 1000; return l }()},
+		{"starts set", `{"requests_per_second": 1000, "starts_per_second": 25}`, func() store.Limits { l := d; l.RequestsPerSecond, l.StartsPerSecond = 1000, 25; return l }()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,7 +50,7 @@ func TestLimitsJSONDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"max_payload_bytes": 4096}`, string(out))
 
-	require.Equal(t, store.Limits{RequestsPerSecond: 100, Burst: 200, MaxRunningInstances: 10_000, MaxPayloadBytes: 1 << 20, MaxHistoryEventsPerExecution: 10_000,
+	require.Equal(t, store.Limits{RequestsPerSecond: 100, Burst: 200, StartsPerSecond: 100, MaxRunningInstances: 10_000, MaxPayloadBytes: 1 << 20, MaxHistoryEventsPerExecution: 10_000,
 		MaxValueBytes: 1 << 20, MaxTurnStateBytes: 8 << 20, TurnBudgetMillis: 10_000}, d)
 }
 
@@ -61,10 +64,13 @@ func TestLimitsValidate(t *testing.T) {
 		{name: "zero is valid", limits: store.Limits{}},
 		{name: "defaults are valid", limits: store.DefaultLimits()},
 		{name: "ceilings are valid", limits: store.Limits{RequestsPerSecond: store.MaxRequestsPerSecond, Burst: store.MaxBurst,
-			MaxRunningInstances: store.MaxRunningInstancesCeiling, MaxPayloadBytes: store.MaxPayloadBytesCeiling, MaxHistoryEventsPerExecution: store.MaxHistoryEventsCeiling}},
+			StartsPerSecond: store.MaxRequestsPerSecond, MaxRunningInstances: store.MaxRunningInstancesCeiling, MaxPayloadBytes: store.MaxPayloadBytesCeiling, MaxHistoryEventsPerExecution: store.MaxHistoryEventsCeiling}},
 		{name: "negative rate", limits: store.Limits{RequestsPerSecond: -1}, fields: []string{"requests_per_second"}},
 		{name: "NaN rate", limits: store.Limits{RequestsPerSecond: math.NaN()}, fields: []string{"requests_per_second"}},
 		{name: "infinite rate", limits: store.Limits{RequestsPerSecond: math.Inf(1)}, fields: []string{"requests_per_second"}},
+		{name: "negative start rate", limits: store.Limits{StartsPerSecond: -1}, fields: []string{"starts_per_second"}},
+		{name: "NaN start rate", limits: store.Limits{StartsPerSecond: math.NaN()}, fields: []string{"starts_per_second"}},
+		{name: "start rate above ceiling", limits: store.Limits{StartsPerSecond: store.MaxRequestsPerSecond + 1}, fields: []string{"starts_per_second"}},
 		{name: "negative burst", limits: store.Limits{Burst: -1}, fields: []string{"burst"}},
 		{name: "payload above ceiling", limits: store.Limits{MaxPayloadBytes: store.MaxPayloadBytesCeiling + 1}, fields: []string{"max_payload_bytes"}},
 		{name: "several at once", limits: store.Limits{MaxRunningInstances: -1, MaxHistoryEventsPerExecution: -5},
@@ -102,7 +108,7 @@ func TestParseLimitsRejects(t *testing.T) {
 
 func TestLimitsEffectiveIgnoresInvalid(t *testing.T) {
 	t.Parallel()
-	bad := store.Limits{RequestsPerSecond: math.Inf(1), Burst: -3, MaxRunningInstances: -1, MaxPayloadBytes: store.MaxPayloadBytesCeiling + 1, MaxHistoryEventsPerExecution: -1}
+	bad := store.Limits{RequestsPerSecond: math.Inf(1), StartsPerSecond: math.NaN(), Burst: -3, MaxRunningInstances: -1, MaxPayloadBytes: store.MaxPayloadBytesCeiling + 1, MaxHistoryEventsPerExecution: -1}
 	require.Error(t, bad.Validate())
 	require.Equal(t, store.DefaultLimits(), bad.Effective())
 }

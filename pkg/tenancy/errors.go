@@ -48,6 +48,7 @@ func unauthenticated(reason error, detail string) error {
 // Resources named by ExhaustedError.
 const (
 	ResourceRequests         = "requests"
+	ResourceStarts           = "starts"
 	ResourceRunningInstances = "running_instances"
 	ResourcePayloadBytes     = "payload_bytes"
 )

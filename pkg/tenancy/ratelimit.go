@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"cmp"
 	"math"
 	"sync"
 	"time"
@@ -65,17 +66,20 @@ func NewRateLimiter(cfg RateLimiterConfig) *RateLimiter {
 	return r
 }
 
-// Rate is a tenant's request rate: PerSecond sustained, Burst at once above
-// it. Both must be positive; a tenant's effective limits give them.
+// Rate is a bucket's rate: PerSecond sustained, Burst at once above it.
+// Both must be positive; a tenant's effective limits give them. Resource
+// names what the bucket bounds in its refusals (ResourceRequests when
+// empty).
 type Rate struct {
 	PerSecond float64
 	Burst     int
+	Resource  string
 }
 
 // Allow takes one request from a bucket, sized by rate. The bucket is named
 // by its caller: a tenant, or one of a tenant's budgets (the API keeps its
 // workers' calls apart). When the bucket is empty it returns an
-// *ExhaustedError for ResourceRequests whose RetryAfter is when the request
+// *ExhaustedError for the rate's Resource whose RetryAfter is when the request
 // may pass: the next token, or for requests refused while others wait to
 // come back, the token after theirs (see retryAfterLocked).
 func (r *RateLimiter) Allow(bucket string, rt Rate) error {
@@ -104,7 +108,7 @@ func (r *RateLimiter) Allow(bucket string, rt Rate) error {
 	if b.lim.AllowN(now, 1) {
 		return nil
 	}
-	return &ExhaustedError{Resource: ResourceRequests, Limit: int64(rt.Burst), RetryAfter: b.retryAfterLocked(now, rt)}
+	return &ExhaustedError{Resource: cmp.Or(rt.Resource, ResourceRequests), Limit: int64(rt.Burst), RetryAfter: b.retryAfterLocked(now, rt)}
 }
 
 // retryAfterLocked is the retry hint of a request the bucket refused: the

@@ -22,6 +22,9 @@ type access struct {
 	// longPoll marks the calls that wait for work to come. They take no
 	// slot of Config.CallShare: they would hold it while they wait.
 	longPoll bool
+	// start marks the calls that start an orchestration: they take a start
+	// as well as a request (Limits.StartsPerSecond).
+	start bool
 }
 
 var (
@@ -35,7 +38,7 @@ var (
 // here is refused (fail closed), and a test walks the services'
 // descriptors so that a new RPC without a rule fails the suite.
 var accessRules = map[string]access{
-	orchardv1connect.ClientServiceStartOrchestrationProcedure:  {roles: clientRole},
+	orchardv1connect.ClientServiceStartOrchestrationProcedure:  {roles: clientRole, start: true},
 	orchardv1connect.ClientServiceRaiseEventProcedure:          {roles: clientRole},
 	orchardv1connect.ClientServiceCancelInstanceProcedure:      {roles: clientRole},
 	orchardv1connect.ClientServiceGetInstanceProcedure:         {roles: clientRole},

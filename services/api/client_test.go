@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -323,6 +324,39 @@ func TestWorkerCallsHaveTheirOwnRequestBudget(t *testing.T) {
 	_, err = c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(0)}))
 	requireCode(t, err, connect.CodeResourceExhausted, "requests")
 	_, err = c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+	requireCode(t, err, connect.CodeResourceExhausted, "requests")
+}
+
+// TestStartsHaveTheirOwnRate: a tenant past its rate of starts is refused
+// its starts, naming them, with a retry hint, over each protocol, while its
+// other calls keep the whole request rate; a start also takes a request.
+// (TestRateRefusalReadsNoBody: the refusal reads no body.)
+func TestStartsHaveTheirOwnRate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	starter := e.tenant("starter", &store.Limits{RequestsPerSecond: 100_000, Burst: 2, StartsPerSecond: 0.001}, testsystem.EchoDef)
+	c := e.clients(e.token(starter, tenancy.RoleClient))
+	ctx := t.Context()
+	for i := range 2 {
+		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: strconv.Itoa(i), Input: []byte(`1`)}))
+		require.NoError(t, err)
+	}
+	for _, pc := range e.protocolClients(e.token(starter, tenancy.RoleClient), asIs) {
+		_, err := pc.c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+		requireRefusal(t, err, tenancy.ResourceStarts)
+	}
+	for range 10 {
+		_, err := c.client.CountInstances(ctx, req(&orchardv1.CountInstancesRequest{}))
+		require.NoError(t, err, "a read beside exhausted starts")
+	}
+
+	// A start takes a request too: past the request rate, the start
+	// bucket's tokens do not let it through.
+	both := e.tenant("both", &store.Limits{RequestsPerSecond: 0.001, Burst: 2, StartsPerSecond: 100_000}, testsystem.EchoDef)
+	cb := e.clients(e.token(both, tenancy.RoleClient))
+	_, err := cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+	require.NoError(t, err, "registering took one token, the start the other")
+	_, err = cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
 	requireCode(t, err, connect.CodeResourceExhausted, "requests")
 }
 

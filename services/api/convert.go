@@ -264,6 +264,7 @@ func limitsToProto(l store.Limits) *orchardv1.Limits {
 	return &orchardv1.Limits{
 		RequestsPerSecond:            l.RequestsPerSecond,
 		Burst:                        int32(l.Burst),
+		StartsPerSecond:              l.StartsPerSecond,
 		MaxRunningInstances:          l.MaxRunningInstances,
 		MaxPayloadBytes:              l.MaxPayloadBytes,
 		MaxHistoryEventsPerExecution: l.MaxHistoryEventsPerExecution,
@@ -278,6 +279,7 @@ func limitsFromProto(field string, l *orchardv1.Limits) (*store.Limits, error) {
 	lim := &store.Limits{
 		RequestsPerSecond:            l.GetRequestsPerSecond(),
 		Burst:                        int(l.GetBurst()),
+		StartsPerSecond:              l.GetStartsPerSecond(),
 		MaxRunningInstances:          l.GetMaxRunningInstances(),
 		MaxPayloadBytes:              l.GetMaxPayloadBytes(),
 		MaxHistoryEventsPerExecution: l.GetMaxHistoryEventsPerExecution(),

@@ -98,7 +98,7 @@ func callAttrs(procedure string, c *call) []slog.Attr {
 // overRate reports whether err is the rate limiter's refusal.
 func overRate(err error) bool {
 	ex, ok := errors.AsType[*tenancy.ExhaustedError](err)
-	return ok && ex.Resource == tenancy.ResourceRequests
+	return ok && (ex.Resource == tenancy.ResourceRequests || ex.Resource == tenancy.ResourceStarts)
 }
 
 // authenticate verifies the Bearer token, unless the rate gate did, and
@@ -201,8 +201,9 @@ func (s *Server) admitTenant() connect.UnaryInterceptorFunc {
 // admit returns the caller's tenant when it is registered, active (a
 // suspended tenant's tenant-admin may still read) and within its request
 // rate: its workers' calls and its other calls each have a bucket of that
-// rate (see access.worker). It runs once per call, taking one token: in the
-// rate gate, which passes its answer on (see admission), or here.
+// rate (see access.worker), and its starts one more (see access.start). It
+// runs once per call, taking one token of each: in the rate gate, which
+// passes its answer on (see admission), or here.
 func (s *Server) admit(ctx context.Context, id *tenancy.Identity, rule access) (*store.Tenant, error) {
 	if a := admissionFrom(ctx); a != nil && a.decided {
 		return a.tenant, a.admitErr
@@ -219,6 +220,11 @@ func (s *Server) admit(ctx context.Context, id *tenancy.Identity, rule access) (
 	}
 	if err := s.cfg.RateLimiter.Allow(requestBucket(id.Tenant, rule), requestRate(t.Limits)); err != nil {
 		return nil, err
+	}
+	if rule.start {
+		if err := s.cfg.RateLimiter.Allow(startBucket(id.Tenant), startRate(t.Limits)); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }

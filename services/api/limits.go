@@ -30,6 +30,12 @@ func requestRate(l store.Limits) tenancy.Rate {
 	return tenancy.Rate{PerSecond: e.RequestsPerSecond, Burst: e.Burst}
 }
 
+// startRate is the tenant's rate of starts for the rate limiter.
+func startRate(l store.Limits) tenancy.Rate {
+	e := l.Effective()
+	return tenancy.Rate{PerSecond: e.StartsPerSecond, Burst: e.Burst, Resource: tenancy.ResourceStarts}
+}
+
 // requestBucket names the rate limiter's bucket of a tenant's call: its
 // workers' calls have their own. A NUL cannot be in a tenant id.
 func requestBucket(tenant string, rule access) string {
@@ -38,6 +44,9 @@ func requestBucket(tenant string, rule access) string {
 	}
 	return tenant
 }
+
+// startBucket names the rate limiter's bucket of a tenant's starts.
+func startBucket(tenant string) string { return tenant + "\x00start" }
 
 // checkPayload returns an *tenancy.ExhaustedError when a payload of size
 // bytes is larger than the tenant may send.

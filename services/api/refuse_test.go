@@ -85,12 +85,12 @@ func endless(t *testing.T) func(http.RoundTripper) http.RoundTripper {
 // numbers are the figures of an error's text (the retry delay).
 var numbers = regexp.MustCompile(`[0-9.]+m?s`)
 
-// requireRefusal checks that err is the refusal of a call past the request
-// rate, as admitTenant's, and returns its text and details without the
-// retry delay, which differs at every refusal.
-func requireRefusal(t *testing.T, err error) (string, []string) {
+// requireRefusal checks that err is the refusal of a call past a rate (the
+// resource's: requests or starts), as admitTenant's, and returns its text
+// and details without the retry delay, which differs at every refusal.
+func requireRefusal(t *testing.T, err error, resource string) (string, []string) {
 	t.Helper()
-	requireCode(t, err, connect.CodeResourceExhausted, "requests", "retry after")
+	requireCode(t, err, connect.CodeResourceExhausted, resource+" (limit", "retry after")
 	requireReason(t, err, "RESOURCE_EXHAUSTED")
 	ce := err.(*connect.Error)
 	var details []string
@@ -131,34 +131,52 @@ func TestRateRefusalReadsNoBody(t *testing.T) {
 	served.Start()
 	t.Cleanup(served.Close)
 	e.Server = served
-	// Registering the definition takes the only token.
-	slow := e.tenant("slow", &store.Limits{RequestsPerSecond: 0.001, Burst: 1}, testsystem.EchoDef)
-	token := e.token(slow, tenancy.RoleClient)
 	start := req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`"` + strings.Repeat("x", 200_000) + `"`)})
+	for _, tc := range []struct {
+		resource string
+		limits   *store.Limits
+		// starts taken before the refusals (through the ungated clients,
+		// whose bodies may be read)
+		starts int
+	}{
+		// Registering the definition takes the only request.
+		{tenancy.ResourceRequests, &store.Limits{RequestsPerSecond: 0.001, Burst: 1}, 0},
+		{tenancy.ResourceStarts, &store.Limits{RequestsPerSecond: 100_000, Burst: 1, StartsPerSecond: 0.001}, 1},
+	} {
+		tenant := e.tenant("slow-"+tc.resource, tc.limits, testsystem.EchoDef)
+		token := e.token(tenant, tenancy.RoleClient)
+		gated, ungatedClients := e.protocolClients(token, endless(t)), e.protocolClients(token, ungated)
+		plain := e.protocolClients(token, asIs)
+		for range tc.starts {
+			_, err := ungatedClients[0].c.client.StartOrchestration(t.Context(), start)
+			require.NoError(t, err)
+		}
+		for i, pc := range gated {
+			t.Run(tc.resource+"/"+pc.name, func(t *testing.T) {
+				_, err := pc.c.client.StartOrchestration(t.Context(), start)
+				text, details := requireRefusal(t, err, tc.resource)
+				require.Len(t, details, 5, "QuotaFailure, RetryInfo, ErrorInfo")
 
-	gated, ungatedClients := e.protocolClients(token, endless(t)), e.protocolClients(token, ungated)
-	plain := e.protocolClients(token, asIs)
-	for i, pc := range gated {
-		t.Run(pc.name, func(t *testing.T) {
-			_, err := pc.c.client.StartOrchestration(t.Context(), start)
-			text, details := requireRefusal(t, err)
-			require.Len(t, details, 5, "QuotaFailure, RetryInfo, ErrorInfo")
+				// The interceptors' refusal of the same call: they read it.
+				_, err = ungatedClients[i].c.client.StartOrchestration(t.Context(), start)
+				wantText, wantDetails := requireRefusal(t, err, tc.resource)
+				require.Equal(t, wantText, text)
+				require.Equal(t, wantDetails, details)
 
-			// The interceptors' refusal of the same call: they read it.
-			_, err = ungatedClients[i].c.client.StartOrchestration(t.Context(), start)
-			wantText, wantDetails := requireRefusal(t, err)
-			require.Equal(t, wantText, text)
-			require.Equal(t, wantDetails, details)
-
-			// The connection (HTTP/1.1: closed after a body of unknown
-			// length, kept after a short one) serves the next calls.
-			for range 2 {
-				_, err = plain[i].c.client.StartOrchestration(t.Context(), start)
-				requireRefusal(t, err)
-			}
-			_, err = plain[i].c.client.GetInstance(t.Context(), req(&orchardv1.GetInstanceRequest{InstanceId: "none"}))
-			requireCode(t, err, connect.CodeResourceExhausted)
-		})
+				// The connection (HTTP/1.1: closed after a body of unknown
+				// length, kept after a short one) serves the next calls.
+				for range 2 {
+					_, err = plain[i].c.client.StartOrchestration(t.Context(), start)
+					requireRefusal(t, err, tc.resource)
+				}
+				_, err = plain[i].c.client.GetInstance(t.Context(), req(&orchardv1.GetInstanceRequest{InstanceId: "none"}))
+				if tc.resource == tenancy.ResourceRequests {
+					requireCode(t, err, connect.CodeResourceExhausted)
+				} else {
+					requireCode(t, err, connect.CodeNotFound)
+				}
+			})
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -206,7 +224,7 @@ func TestRateGateTakesOneTokenPerCall(t *testing.T) {
 						through++
 						continue
 					}
-					requireRefusal(t, err)
+					requireRefusal(t, err, tenancy.ResourceRequests)
 				}
 				require.Equal(t, burst, through)
 				// The workers' calls have their own bucket.
@@ -267,7 +285,7 @@ func TestRateRefusalTelemetry(t *testing.T) {
 	for i := range gated {
 		for _, c := range []*clients{gated[i].c, ungatedClients[i].c} {
 			_, err := c.client.StartOrchestration(t.Context(), req(&orchardv1.StartOrchestrationRequest{Name: "echo"}))
-			requireRefusal(t, err)
+			requireRefusal(t, err, tenancy.ResourceRequests)
 		}
 	}
 

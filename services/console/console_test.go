@@ -445,6 +445,9 @@ func TestConsole(t *testing.T) {
 		p.Run(browsertest.SetValue("#new-tenant", "newco", chromedp.ByQuery), browsertest.Click("#create-tenant", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Tenant newco created")
 		p.WaitText("#tenants", "newco")
+		// A limit the form does not show, which its save must keep.
+		_, err := e.Store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: "newco", Limits: &store.Limits{TurnBudgetMillis: 5000}})
+		require.NoError(t, err)
 		// Suspend newco (the row's danger button), then check with the store.
 		p.Run(browsertest.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Suspend")]`, chromedp.BySearch),
 			chromedp.WaitVisible("dialog button.danger", chromedp.ByQuery), browsertest.Click("dialog button.danger", chromedp.ByQuery))
@@ -455,11 +458,12 @@ func TestConsole(t *testing.T) {
 		p.WaitText("#tenants", "suspended")
 		p.Run(browsertest.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Limits")]`, chromedp.BySearch),
 			chromedp.WaitVisible("#limit-requestsPerSecond", chromedp.ByQuery),
-			browsertest.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), browsertest.Click("#limits-save", chromedp.ByQuery))
+			browsertest.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), browsertest.SetValue("#limit-startsPerSecond", "2", chromedp.ByQuery),
+			browsertest.Click("#limits-save", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Limits of newco saved")
 		tn, err = e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
-		require.Equal(t, store.Limits{RequestsPerSecond: 5}, tn.Limits)
+		require.Equal(t, store.Limits{RequestsPerSecond: 5, StartsPerSecond: 2, TurnBudgetMillis: 5000}, tn.Limits)
 		p.Screenshot("platform-tenants")
 
 		e.open(p, "#/platform-usage")

@@ -255,8 +255,14 @@ type Limits struct {
 	// The longest one turn may run, in milliseconds (0 to 600000): past it
 	// the execution fails.
 	TurnBudgetMillis int64 `protobuf:"varint,8,opt,name=turn_budget_millis,json=turnBudgetMillis,proto3" json:"turn_budget_millis,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Orchestrations the tenant may start per second (0 to 100000), with
+	// burst starts at once above it; 0 means as many as its request rate
+	// lets through. A start takes a request and a start: the bucket bounds
+	// the work the tenant creates, while its reads, waits and other calls
+	// have the whole request rate.
+	StartsPerSecond float64 `protobuf:"fixed64,9,opt,name=starts_per_second,json=startsPerSecond,proto3" json:"starts_per_second,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -341,6 +347,13 @@ func (x *Limits) GetMaxTurnStateBytes() int64 {
 func (x *Limits) GetTurnBudgetMillis() int64 {
 	if x != nil {
 		return x.TurnBudgetMillis
+	}
+	return 0
+}
+
+func (x *Limits) GetStartsPerSecond() float64 {
+	if x != nil {
+		return x.StartsPerSecond
 	}
 	return 0
 }
@@ -1403,7 +1416,7 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\rrules_by_name\x18\x02 \x03(\v2,.orchard.v1.RetentionPolicy.RulesByNameEntryB(\xbaH%\x9a\x01\"\x10\xc8\x01\"\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\vrulesByName\x1aY\n" +
 	"\x10RulesByNameEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xf6\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xbb\x04\n" +
 	"\x06Limits\x12G\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
 	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\x12@\n" +
@@ -1413,7 +1426,8 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\x0fmax_value_bytes\x18\x06 \x01(\x03B\f\xbaH\t\"\a\x18\x80\x80\x80\b(\x00R\rmaxValueBytes\x12>\n" +
 	"\x14max_turn_state_bytes\x18\a \x01(\x03B\r\xbaH\n" +
 	"\"\b\x18\x80\x80\x80\x80\x01(\x00R\x11maxTurnStateBytes\x129\n" +
-	"\x12turn_budget_millis\x18\b \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\xcf$(\x00R\x10turnBudgetMillis\"\xdd\x01\n" +
+	"\x12turn_budget_millis\x18\b \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\xcf$(\x00R\x10turnBudgetMillis\x12C\n" +
+	"\x11starts_per_second\x18\t \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x0fstartsPerSecond\"\xdd\x01\n" +
 	"\x05Usage\x126\n" +
 	"\tinstances\x18\x01 \x01(\v2\x18.orchard.v1.StatusCountsR\tinstances\x12\x1e\n" +
 	"\n" +

@@ -7,6 +7,7 @@ const STATE = { TENANT_STATE_ACTIVE: 'active', TENANT_STATE_SUSPENDED: 'suspende
 const LIMIT_FIELDS = [
   ['requestsPerSecond', 'Requests per second', '0', '100000', 'any'],
   ['burst', 'Burst', '0', '1000000', '1'],
+  ['startsPerSecond', 'Starts per second', '0', '100000', 'any'],
   ['maxRunningInstances', 'Running instances', '0', '100000000', '1'],
   ['maxPayloadBytes', 'Payload bytes', '0', '16777216', '1'],
   ['maxHistoryEventsPerExecution', 'History events per execution', '0', '1000000', '1'],
@@ -41,15 +42,17 @@ async function editLimits(t, out, reload) {
   const cur = t.limits || {};
   const inputs = {};
   const limits = await dialog(`Limits of ${t.tenantId}`, (close) => [
-    h('p', null, 'Zero means the platform default. The new limits replace all the current ones and apply within seconds.'),
+    h('p', null, 'Zero means the platform default (starts per second: the request rate). The limits not shown here keep their values. The new limits apply within seconds.'),
     LIMIT_FIELDS.map(([k, label, min, max, step]) => {
       inputs[k] = h('input', { id: `limit-${k}`, type: 'number', min, max, step, value: String(cur[k] ?? 0) });
       return field(label, inputs[k]);
     }),
     h('div', { class: 'actions' },
       h('button', { type: 'button', onclick: () => close() }, 'Cancel'),
-      h('button', { type: 'button', class: 'primary', id: 'limits-save', onclick: () => close(Object.fromEntries(
-        LIMIT_FIELDS.map(([k]) => [k, Number(inputs[k].value || 0)]))) }, 'Save limits')),
+      // UpdateTenant replaces the limits whole: the fields the form does
+      // not show go back as they came.
+      h('button', { type: 'button', class: 'primary', id: 'limits-save', onclick: () => close({ ...cur, ...Object.fromEntries(
+        LIMIT_FIELDS.map(([k]) => [k, Number(inputs[k].value || 0)])) }) }, 'Save limits')),
   ]);
   if (!limits) return;
   try {

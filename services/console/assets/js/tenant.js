@@ -173,6 +173,7 @@ export function limitsTable(l) {
   return table([{ title: 'Limit', cell: (r) => r[0] }, { title: 'Value', class: 'n', cell: (r) => r[1] }], [
     ['Requests per second', num(l.requestsPerSecond)],
     ['Burst', num(l.burst)],
+    ['Starts per second', l.startsPerSecond ? num(l.startsPerSecond) : 'the request rate'],
     ['Running instances', num(l.maxRunningInstances)],
     ['Payload bytes', num(l.maxPayloadBytes)],
     ['History events per execution', num(l.maxHistoryEventsPerExecution)],
