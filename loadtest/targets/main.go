@@ -5,7 +5,8 @@
 // `orchard dev`, the built-in plans burst (W, and W against pgbench),
 // half-load at half the W it has just measured, one-in-flight, chains, and
 // fairness beside fairness-alone. It prints each run as it ends and a table
-// of the means with the goal each is held to.
+// of the means, each with the range of its runs, and the goal each is held
+// to.
 //
 // With --compare, a second orchard binary runs each measure right after the
 // first, round after round, so that a noisy host slows both alike and the
@@ -438,9 +439,12 @@ func mean(vs []float64) float64 {
 // row is a line of the table: a figure of each binary, and its goal.
 type row struct {
 	label string
-	value func(f figures) (float64, bool)
-	unit  string
-	goal  string
+	// figure names the runs whose mean the row shows, with their least
+	// and greatest; value computes a row from several figures instead.
+	figure string
+	value  func(f figures) (float64, bool)
+	unit   string
+	goal   string
 	// met says whether a value reaches the goal (nil: no goal).
 	met func(v float64) bool
 }
@@ -458,26 +462,26 @@ func meanOf(name string) func(f figures) (float64, bool) {
 func rows(pgbench []float64) []row {
 	pg := mean(pgbench)
 	return []row{
-		{label: "burst W, orchestrations/s", value: meanOf("burst"), unit: "%.0f"},
+		{label: "burst W, orchestrations/s", figure: "burst", unit: "%.0f"},
 		{label: "W / pgbench inserts/s", value: func(f figures) (float64, bool) {
 			w, ok := meanOf("burst")(f)
 			return w / pg, ok && len(pgbench) > 0
 		}, unit: "%.3f", goal: fmt.Sprintf(">= %.2f", goalWPerPgbench), met: func(v float64) bool { return v >= goalWPerPgbench }},
-		{label: "burst CPU per orchestration: orchard, ms", value: meanOf("burst-orchard-ms"), unit: "%.2f"},
-		{label: "burst CPU per orchestration: database, ms", value: meanOf("burst-database-ms"), unit: "%.2f"},
-		{label: "half load, orchestrations/s offered", value: meanOf("half-rate"), unit: "%.0f"},
-		{label: "half load p50, ms", value: meanOf("half-p50"), unit: "%.1f", goal: fmt.Sprintf("<= %d", goalHalfP50),
+		{label: "burst CPU per orchestration: orchard, ms", figure: "burst-orchard-ms", unit: "%.2f"},
+		{label: "burst CPU per orchestration: database, ms", figure: "burst-database-ms", unit: "%.2f"},
+		{label: "half load, orchestrations/s offered", figure: "half-rate", unit: "%.0f"},
+		{label: "half load p50, ms", figure: "half-p50", unit: "%.1f", goal: fmt.Sprintf("<= %d", goalHalfP50),
 			met: func(v float64) bool { return v <= goalHalfP50 }},
-		{label: "half load p99, ms", value: meanOf("half-p99"), unit: "%.1f", goal: fmt.Sprintf("<= %d", goalHalfP99),
+		{label: "half load p99, ms", figure: "half-p99", unit: "%.1f", goal: fmt.Sprintf("<= %d", goalHalfP99),
 			met: func(v float64) bool { return v <= goalHalfP99 }},
-		{label: "half load CPU per orchestration: orchard, ms", value: meanOf("half-orchard-ms"), unit: "%.2f"},
-		{label: "half load CPU per orchestration: database, ms", value: meanOf("half-database-ms"), unit: "%.2f"},
-		{label: "one in flight p50, ms", value: meanOf("one-p50"), unit: "%.2f", goal: fmt.Sprintf("<= %d", goalOneP50),
+		{label: "half load CPU per orchestration: orchard, ms", figure: "half-orchard-ms", unit: "%.2f"},
+		{label: "half load CPU per orchestration: database, ms", figure: "half-database-ms", unit: "%.2f"},
+		{label: "one in flight p50, ms", figure: "one-p50", unit: "%.2f", goal: fmt.Sprintf("<= %d", goalOneP50),
 			met: func(v float64) bool { return v <= goalOneP50 }},
-		{label: "continue-as-new, generations/s", value: meanOf("generations"), unit: "%.0f", goal: fmt.Sprintf(">= %d", goalGenerations),
+		{label: "continue-as-new, generations/s", figure: "generations", unit: "%.0f", goal: fmt.Sprintf(">= %d", goalGenerations),
 			met: func(v float64) bool { return v >= goalGenerations }},
-		{label: "fairness: quiet p99 alone, ms", value: meanOf("quiet-alone"), unit: "%.1f"},
-		{label: "fairness: quiet p99 beside the noisy tenant, ms", value: meanOf("quiet-beside"), unit: "%.1f"},
+		{label: "fairness: quiet p99 alone, ms", figure: "quiet-alone", unit: "%.1f"},
+		{label: "fairness: quiet p99 beside the noisy tenant, ms", figure: "quiet-beside", unit: "%.1f"},
 		{label: "fairness: change of the quiet p99", value: func(f figures) (float64, bool) {
 			a, okA := meanOf("quiet-alone")(f)
 			b, okB := meanOf("quiet-beside")(f)
@@ -486,7 +490,8 @@ func rows(pgbench []float64) []row {
 	}
 }
 
-// writeTable prints the means of every binary's figures beside the goals.
+// writeTable prints the means of every binary's figures beside the goals,
+// each with the range of its runs.
 func writeTable(out io.Writer, binaries []string, pgbench []float64, res []figures) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "figure")
@@ -497,22 +502,41 @@ func writeTable(out io.Writer, binaries []string, pgbench []float64, res []figur
 	if len(pgbench) > 0 {
 		fmt.Fprintf(tw, "pgbench inserts/s (the machine)\t%.0f%s\t\n", mean(pgbench), strings.Repeat("\t", len(binaries)-1))
 	}
+	spread := false
 	for _, r := range rows(pgbench) {
 		var cells []string
 		for _, f := range res {
-			v, ok := r.value(f)
+			value := r.value
+			if r.figure != "" {
+				value = meanOf(r.figure)
+			}
+			v, ok := value(f)
 			if !ok {
 				cells = append(cells, "-")
 				continue
 			}
-			cells = append(cells, fmt.Sprintf(r.unit, v)+verdict(r, v))
+			cell := fmt.Sprintf(r.unit, v)
+			if runs := f[r.figure]; len(runs) > 1 {
+				cell += fmt.Sprintf(" ["+r.unit+", "+r.unit+"]", slices.Min(runs), slices.Max(runs))
+				spread = true
+			}
+			cells = append(cells, cell+verdict(r, v))
 		}
 		if slices.IndexFunc(cells, func(c string) bool { return c != "-" }) < 0 {
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.label, strings.Join(cells, "\t"), r.goal)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if spread {
+		// What a difference of means is worth: runs of one binary in one
+		// sitting differ by a fifth or more at half load.
+		_, err := fmt.Fprintln(out, "[least, greatest] of the rounds: the means are of these runs")
+		return err
+	}
+	return nil
 }
 
 func verdict(r row, v float64) string {

@@ -83,11 +83,11 @@ func TestTableJudgesTheGoals(t *testing.T) {
 	}
 	for label, want := range map[string][]string{
 		"pgbench inserts/s (the machine)": {"20000"},
-		"burst W, orchestrations/s":       {"1200", "900"},
+		"burst W, orchestrations/s":       {"1200 [1100, 1300]", "900"},
 		// 1200 / 20000 and 900 / 20000.
 		"W / pgbench inserts/s":             {"0.060 (met)", "0.045 (not met)", ">= 0.06"},
-		"half load p50, ms":                 {"4.5 (met)", "-", "<= 5"},
-		"half load p99, ms":                 {"35.0 (not met)", "-", "<= 25"},
+		"half load p50, ms":                 {"4.5 [4.0, 5.0] (met)", "-", "<= 5"},
+		"half load p99, ms":                 {"35.0 [30.0, 40.0] (not met)", "-", "<= 25"},
 		"one in flight p50, ms":             {"2.50 (met)", "-", "<= 3"},
 		"continue-as-new, generations/s":    {"900 (not met)", "-", ">= 1000"},
 		"fairness: change of the quiet p99": {"+5% (met)", "-", "<= +10%"},
