@@ -531,8 +531,7 @@ func writeTable(out io.Writer, binaries []string, pgbench []float64, res []figur
 		return err
 	}
 	if spread {
-		// What a difference of means is worth: runs of one binary in one
-		// sitting differ by a fifth or more at half load.
+		// The ranges say what a difference of means is worth.
 		_, err := fmt.Fprintln(out, "[least, greatest] of the rounds: the means are of these runs")
 		return err
 	}

@@ -52,7 +52,7 @@ func DefaultLimits() Limits {
 	return Limits{
 		RequestsPerSecond:            100,
 		Burst:                        200,
-		StartsPerSecond:              100, // RequestsPerSecond's, which an unset rate follows
+		StartsPerSecond:              100, // unset, it follows RequestsPerSecond
 		MaxRunningInstances:          10_000,
 		MaxPayloadBytes:              1 << 20,
 		MaxHistoryEventsPerExecution: 10_000,

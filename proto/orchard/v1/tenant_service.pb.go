@@ -236,7 +236,8 @@ type Limits struct {
 	// worker calls (poll, heartbeat, complete, fail) and for its other calls
 	// apart: each has a bucket of this rate and burst.
 	RequestsPerSecond float64 `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
-	// Requests allowed at once above the sustained rate (0 to 1000000).
+	// Requests allowed at once above the sustained rate, and starts above
+	// starts_per_second (0 to 1000000).
 	Burst int32 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
 	// Instances that may be running at once (0 to 100000000).
 	MaxRunningInstances int64 `protobuf:"varint,3,opt,name=max_running_instances,json=maxRunningInstances,proto3" json:"max_running_instances,omitempty"`
