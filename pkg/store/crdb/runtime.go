@@ -18,7 +18,6 @@ import (
 )
 
 var (
-	sqlStartOrchestration                = stmt("StartOrchestration")
 	sqlStartRefusal                      = stmt("StartRefusal")
 	sqlEnqueue                           = stmt("Enqueue")
 	sqlGetInstance                       = stmt("GetInstance")
@@ -43,11 +42,13 @@ var (
 const zombieWindow = 32
 
 // StartOrchestration creates the instance, execution 1 and the start message
-// in one statement, at READ COMMITTED: the statement is atomic at any level,
-// and starts of distinct instances share only a status counter shard, whose
-// increment (ON CONFLICT DO UPDATE) then waits for a concurrent one and adds
-// to what it committed, where under SERIALIZABLE it would end in a
-// serialization failure (docs/decisions/store-read-committed-runtime.md).
+// in one statement (with the tenant's other starts that came meanwhile,
+// unless an idle loop holds its turn: startBatched), at READ COMMITTED: the
+// statement is atomic at any level, and starts of distinct instances share
+// only a status counter shard, whose increment (ON CONFLICT DO UPDATE) then
+// waits for a concurrent one and adds to what it committed, where under
+// SERIALIZABLE it would end in a serialization failure
+// (docs/decisions/store-read-committed-runtime.md).
 func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrationParams) (*store.StartOrchestrationResult, error) {
 	if p.TenantID == "" || p.InstanceID == "" || p.Name == "" {
 		return nil, invalid("tenant id, instance id and name are required")
@@ -68,35 +69,25 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	if err != nil {
 		return nil, err
 	}
-	var token string
-	queue := func(b *pgx.Batch) {
-		b.Queue(sqlStartOrchestration, namedArgs{
-			"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
-			"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload, "trace_context": p.TraceContext,
-			"retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning,
-			"lease_token": token, "leased_until": until})
-	}
 	var created bool
-	readCreated := func(br pgx.BatchResults) (bool, error) {
-		tag, err := br.Exec()
-		created = tag.RowsAffected() == 1
-		return created, err
-	}
 	again := true
 	if p.Eager != nil {
-		token = p.Eager.Token
-		if created, again, err = s.heldWrite(ctx, p.Eager, now, until, queue, readCreated); err != nil {
+		args, err := startArgs(p.TenantID, p.MaxRunning, now, []*store.StartOrchestrationParams{p}, p.Eager.Token, until)
+		if err != nil {
+			return nil, err
+		}
+		created, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
+			b.Queue(sqlStartOrchestrations, args)
+		}, func(br pgx.BatchResults) (bool, error) {
+			ids, err := readStarted(br)
+			return ids[p.InstanceID], err
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
 	if again {
-		// Free, due at once: a claim's.
-		token, until = uuid.NewString(), 0
-		err = s.inBatchTx(ctx, pgx.ReadCommitted, queue, func(br pgx.BatchResults) error {
-			_, err := readCreated(br)
-			return err
-		})
-		if err != nil {
+		if created, now, err = s.startBatched(ctx, p); err != nil {
 			return nil, err
 		}
 	}

@@ -60,12 +60,17 @@ type Store struct {
 	orchestratorTurn string
 	workerTurn       map[string]string // task queue -> last tenant served
 
+	starts startBatches
+
 	// failedAttempts counts the transaction attempts that failed with an
 	// error that retry retries, by reason (see attemptFailure).
 	failedAttempts metric.Int64Counter
 
 	// onRetry, when set (by tests), sees every retried attempt.
 	onRetry func(attempt int, err error)
+	// onStartBatch, when set (by tests), sees each batch of starts before
+	// its statement is sent.
+	onStartBatch func(starts []*store.StartOrchestrationParams)
 	// onPurge, when set (by tests), sees the rows each committed delete or
 	// prune transaction removed.
 	onPurge func(rows int64)

@@ -1,0 +1,264 @@
+package crdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/orchardhq/orchard/internal/testdb"
+	"github.com/orchardhq/orchard/pkg/store"
+)
+
+// heldStarts makes the first batch of starts a store sends wait, before its
+// statement, until release is called, and records the instance ids of
+// every batch sent.
+type heldStarts struct {
+	mu      sync.Mutex
+	batches [][]string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func holdFirstStartBatch(s *Store) *heldStarts {
+	h := &heldStarts{entered: make(chan struct{}), release: make(chan struct{})}
+	s.onStartBatch = func(starts []*store.StartOrchestrationParams) {
+		ids := make([]string, len(starts))
+		for i, p := range starts {
+			ids[i] = p.InstanceID
+		}
+		h.mu.Lock()
+		h.batches = append(h.batches, ids)
+		first := len(h.batches) == 1
+		h.mu.Unlock()
+		if first {
+			close(h.entered)
+			<-h.release
+		}
+	}
+	return h
+}
+
+func (h *heldStarts) sent() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.batches
+}
+
+// pendingStarts counts the starts of tenant waiting for its group's next
+// batch.
+func pendingStarts(s *Store, tenant string) int {
+	s.starts.mu.Lock()
+	defer s.starts.mu.Unlock()
+	n := 0
+	for key, g := range s.starts.groups {
+		if key.tenant == tenant {
+			n += len(g.pending)
+		}
+	}
+	return n
+}
+
+// startAsync starts p in a goroutine; the channel gets its error.
+func startAsync(ctx context.Context, s *Store, p *store.StartOrchestrationParams) chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.StartOrchestration(ctx, p)
+		done <- err
+	}()
+	return done
+}
+
+// waitPending waits until n starts of tenant wait for the next batch.
+func waitPending(t *testing.T, s *Store, tenant string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return pendingStarts(s, tenant) == n }, time.Minute, time.Millisecond,
+		"starts waiting for the next batch")
+}
+
+// Starts that come while their tenant's statement runs wait for it, then go
+// together in one statement, each whole: instance, execution, free lease
+// due at once, start message, tags, retention, counters. Another tenant's
+// starts do not wait for them.
+func TestStartsThatComeMeanwhileGoInOneStatement(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	ctx := t.Context()
+	h := holdFirstStartBatch(s)
+	first := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "first", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	<-h.entered
+
+	const n = 5
+	hour := time.Hour
+	keep := store.Retention{Completed: &hour}
+	var waiting []chan error
+	for i := range n {
+		p := &store.StartOrchestrationParams{TenantID: "acme", InstanceID: fmt.Sprintf("b%d", i), Name: "n", Version: "v2",
+			Input: []byte(fmt.Sprintf("in%d", i)), Start: store.Message{Kind: "start", Payload: []byte{byte(i)}}}
+		if i%2 == 0 {
+			p.Tags = map[string]string{"k": fmt.Sprint(i)}
+			p.Retention = &keep
+			p.Input = nil
+		}
+		waiting = append(waiting, startAsync(ctx, s, p))
+		waitPending(t, s, "acme", i+1)
+	}
+
+	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "other", InstanceID: "o", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	require.NoError(t, err, "another tenant's start waited for acme's")
+
+	close(h.release)
+	require.NoError(t, <-first)
+	for _, w := range waiting {
+		require.NoError(t, <-w)
+	}
+	require.Equal(t, [][]string{{"first"}, {"o"}, {"b0", "b1", "b2", "b3", "b4"}}, h.sent())
+
+	for i := range n {
+		id := fmt.Sprintf("b%d", i)
+		inst, err := s.GetInstance(ctx, &store.GetInstanceParams{TenantID: "acme", InstanceID: id})
+		require.NoError(t, err)
+		require.Equal(t, store.StatusRunning, inst.Status)
+		require.Equal(t, "v2", inst.Version)
+		if i%2 == 0 {
+			require.Nil(t, inst.Input)
+			require.Equal(t, map[string]string{"k": fmt.Sprint(i)}, inst.Tags)
+			require.Equal(t, &keep, inst.Retention)
+		} else {
+			require.Equal(t, []byte(fmt.Sprintf("in%d", i)), inst.Input)
+			require.Empty(t, inst.Tags)
+			require.Nil(t, inst.Retention)
+		}
+		var executions, free, messages int
+		var payload []byte
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM executions WHERE tenant_id = 'acme' AND instance_id = $1 AND execution_id = 1),
+			(SELECT count(*) FROM instance_leases WHERE tenant_id = 'acme' AND instance_id = $1 AND leased_until = 0
+				AND due_at <= $2),
+			(SELECT count(*) FROM orchestrator_queue WHERE tenant_id = 'acme' AND instance_id = $1 AND kind = 'start'),
+			(SELECT payload FROM orchestrator_queue WHERE tenant_id = 'acme' AND instance_id = $1)`,
+			id, time.Now().UnixMilli()).Scan(&executions, &free, &messages, &payload))
+		require.Equal(t, []int{1, 1, 1}, []int{executions, free, messages}, id)
+		require.Equal(t, []byte{byte(i)}, payload)
+	}
+	tagged, err := s.ListInstances(ctx, &store.ListInstancesParams{TenantID: "acme",
+		Filter: store.InstanceFilter{Tags: map[string]string{"k": "2"}}})
+	require.NoError(t, err)
+	require.Len(t, tagged.Instances, 1)
+	require.Equal(t, "b2", tagged.Instances[0].InstanceID)
+	counts, err := s.CountInstances(ctx, &store.CountInstancesParams{TenantID: "acme",
+		Filter: store.InstanceFilter{Statuses: []store.Status{store.StatusRunning}}})
+	require.NoError(t, err)
+	require.Equal(t, int64(n+1), counts.Total)
+}
+
+// Two starts of one id never share a statement: the second waits for the
+// next, and finds the id taken.
+func TestStartsOfOneIDGoInTurn(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	ctx := t.Context()
+	h := holdFirstStartBatch(s)
+	first := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "first", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	<-h.entered
+	same := func() chan error {
+		return startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "twice", Name: "n",
+			Start: store.Message{Kind: "start"}})
+	}
+	a := same()
+	waitPending(t, s, "acme", 1)
+	b := same()
+	waitPending(t, s, "acme", 2)
+	other := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "other", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	waitPending(t, s, "acme", 3)
+	close(h.release)
+
+	require.NoError(t, <-first)
+	require.NoError(t, <-other)
+	errs := []error{<-a, <-b}
+	require.Equal(t, [][]string{{"first"}, {"twice", "other"}, {"twice"}}, h.sent())
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], store.ErrAlreadyExists)
+}
+
+// A batch admits its starts in their order while the running instances and
+// the starts before them stay below the limit; the rest are refused as
+// too many running, as one start alone would be.
+func TestBatchedStartsKeepTheRunningLimit(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	ctx := t.Context()
+	limit := int64(3)
+	start := func(id string) chan error {
+		return startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: id, Name: "n",
+			Start: store.Message{Kind: "start"}, MaxRunning: &limit})
+	}
+	h := holdFirstStartBatch(s)
+	first := start("first")
+	<-h.entered
+	var waiting []chan error
+	for i := range 4 {
+		waiting = append(waiting, start(fmt.Sprintf("b%d", i)))
+		waitPending(t, s, "acme", i+1)
+	}
+	close(h.release)
+	require.NoError(t, <-first)
+	var created, refused int
+	for _, w := range waiting {
+		switch err := <-w; {
+		case err == nil:
+			created++
+		case errors.Is(err, store.ErrTooManyRunning):
+			refused++
+		default:
+			t.Fatalf("start: %v", err)
+		}
+	}
+	require.Equal(t, [2]int{2, 2}, [2]int{created, refused})
+	require.Len(t, h.sent(), 2)
+	for i, want := range []bool{true, true, false, false} {
+		_, err := s.GetInstance(ctx, &store.GetInstanceParams{TenantID: "acme", InstanceID: fmt.Sprintf("b%d", i)})
+		if want {
+			require.NoError(t, err, "b%d came before the limit", i)
+		} else {
+			require.ErrorIs(t, err, store.ErrNotFound, "b%d came past the limit", i)
+		}
+	}
+}
+
+// A start whose caller goes away while it waits returns at once and is not
+// sent; the caller who leads a batch going away fails no other start.
+func TestStartsWhoseCallerWentAway(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	h := holdFirstStartBatch(s)
+	leadCtx, cancelLead := context.WithCancel(t.Context())
+	first := startAsync(leadCtx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "first", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	<-h.entered
+	goneCtx, cancelGone := context.WithCancel(t.Context())
+	gone := startAsync(goneCtx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "gone", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	waitPending(t, s, "acme", 1)
+	stays := startAsync(t.Context(), s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "stays", Name: "n",
+		Start: store.Message{Kind: "start"}})
+	waitPending(t, s, "acme", 2)
+	cancelGone()
+	require.ErrorIs(t, <-gone, context.Canceled)
+	cancelLead()
+	close(h.release)
+
+	require.NoError(t, <-first, "the batch it sent ran to its end")
+	require.NoError(t, <-stays)
+	require.Equal(t, [][]string{{"first"}, {"stays"}}, h.sent())
+	_, err := s.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: "acme", InstanceID: "gone"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
