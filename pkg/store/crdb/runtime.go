@@ -18,6 +18,7 @@ import (
 )
 
 var (
+	sqlStartOrchestration                = stmt("StartOrchestration")
 	sqlStartRefusal                      = stmt("StartRefusal")
 	sqlEnqueue                           = stmt("Enqueue")
 	sqlGetInstance                       = stmt("GetInstance")
@@ -72,15 +73,15 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	var created bool
 	again := true
 	if p.Eager != nil {
-		args, err := startArgs(p.TenantID, p.MaxRunning, now, []*store.StartOrchestrationParams{p}, p.Eager.Token, until)
-		if err != nil {
-			return nil, err
-		}
 		created, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
-			b.Queue(sqlStartOrchestrations, args)
+			b.Queue(sqlStartOrchestration, namedArgs{
+				"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
+				"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
+				"trace_context": p.TraceContext, "retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning,
+				"lease_token": p.Eager.Token, "leased_until": until})
 		}, func(br pgx.BatchResults) (bool, error) {
-			ids, err := readStarted(br)
-			return ids[p.InstanceID], err
+			tag, err := br.Exec()
+			return tag.RowsAffected() == 1, err
 		})
 		if err != nil {
 			return nil, err

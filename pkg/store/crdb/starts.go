@@ -3,8 +3,6 @@ package crdb
 import (
 	"context"
 	"encoding/json"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,164 +11,73 @@ import (
 
 var sqlStartOrchestrations = stmt("StartOrchestrations")
 
-// startBatches groups the starts that no idle loop waits for (those that
-// are not eager) by tenant and running-instance limit, and sends each
-// group's starts in one statement and one commit: group commit, with no
-// wait of its own. A start that finds its group idle is sent at once, with
-// whatever joined it meanwhile; one that comes while its group's statement
-// runs waits for that statement and goes in the next, with every start that
-// came in between. So one start alone costs what it did, and under load
-// (completions come in the dispatcher's batches, and their clients start
-// again together) a statement carries several.
-type startBatches struct {
-	mu     sync.Mutex
-	groups map[startGroupKey]*startGroup
-}
-
-type startGroupKey struct {
+// startKey groups the starts one statement can carry: a tenant's, under one
+// running-instance limit.
+type startKey struct {
 	tenant     string
 	limited    bool
 	maxRunning int64
 }
 
-type startGroup struct {
-	pending []*pendingStart
-	busy    bool
-}
-
-type pendingStart struct {
-	ctx     context.Context
+// batchedStart is a start that no idle loop waits for (not eager), and its
+// outcome: whether it created its instance, and when.
+type batchedStart struct {
 	p       *store.StartOrchestrationParams
 	created bool
 	now     int64
-	err     error
-	done    chan struct{}
 }
 
-// maxStartBatch bounds the starts of one statement.
-const maxStartBatch = 64
+func newStartBatches(s *Store) *groupCommit[startKey, *batchedStart] {
+	return &groupCommit[startKey, *batchedStart]{
+		id:   func(w *batchedStart) string { return w.p.InstanceID },
+		send: s.sendStarts,
+	}
+}
 
-// startBatchTimeout bounds a batch's statement, which runs apart from the
-// contexts of the calls it serves: one caller that goes away must not fail
-// the others' starts.
-const startBatchTimeout = 30 * time.Second
-
-// startBatched starts p (not eager) in its group's next batch. It reports
-// whether p created its instance, and the batch's time.
+// startBatched starts p in its group's next batch (groupCommit).
 func (s *Store) startBatched(ctx context.Context, p *store.StartOrchestrationParams) (bool, int64, error) {
-	key := startGroupKey{tenant: p.TenantID}
+	key := startKey{tenant: p.TenantID}
 	if p.MaxRunning != nil {
 		key.limited, key.maxRunning = true, *p.MaxRunning
 	}
-	item := &pendingStart{ctx: ctx, p: p, done: make(chan struct{})}
-	b := &s.starts
-	b.mu.Lock()
-	if b.groups == nil {
-		b.groups = map[startGroupKey]*startGroup{}
-	}
-	g := b.groups[key]
-	if g == nil {
-		g = &startGroup{}
-		b.groups[key] = g
-	}
-	g.pending = append(g.pending, item)
-	lead := !g.busy
-	g.busy = true
-	b.mu.Unlock()
-	if lead {
-		// Its own start is in the batch it sends.
-		s.runStartBatch(ctx, key, g)
-		return item.created, item.now, item.err
-	}
-	select {
-	case <-item.done:
-		return item.created, item.now, item.err
-	case <-ctx.Done():
-		return false, 0, ctx.Err()
-	}
+	w := &batchedStart{p: p}
+	err := s.starts.do(ctx, key, w)
+	return w.created, w.now, err
 }
 
-// runStartBatch sends one batch of g, then hands the group on: to a
-// goroutine of its own when more starts came meanwhile, so that the
-// caller who led returns with its own result.
-func (s *Store) runStartBatch(ctx context.Context, key startGroupKey, g *startGroup) {
-	b := &s.starts
-	b.mu.Lock()
-	batch, rest := takeStartBatch(g.pending)
-	g.pending = rest
-	b.mu.Unlock()
-
-	if len(batch) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startBatchTimeout)
-		s.sendStartBatch(ctx, key, batch)
-		cancel()
-	}
-
-	b.mu.Lock()
-	more := len(g.pending) > 0
-	if !more {
-		g.busy = false
-		delete(b.groups, key)
-	}
-	b.mu.Unlock()
-	if more {
-		go s.runStartBatch(context.Background(), key, g)
-	}
-}
-
-// takeStartBatch takes up to maxStartBatch starts of distinct instance ids
-// from pending, in order; the others stay for the next batch. A start whose
-// caller has gone is dropped, not sent.
-func takeStartBatch(pending []*pendingStart) (batch, rest []*pendingStart) {
-	ids := make(map[string]bool, len(pending))
-	for _, item := range pending {
-		switch {
-		case item.ctx.Err() != nil:
-			item.err = item.ctx.Err()
-			close(item.done)
-		case len(batch) < maxStartBatch && !ids[item.p.InstanceID]:
-			ids[item.p.InstanceID] = true
-			batch = append(batch, item)
-		default:
-			rest = append(rest, item)
-		}
-	}
-	return batch, rest
-}
-
-func (s *Store) sendStartBatch(ctx context.Context, key startGroupKey, batch []*pendingStart) {
+func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedStart) error {
 	ps := make([]*store.StartOrchestrationParams, len(batch))
-	for i, item := range batch {
-		ps[i] = item.p
+	for i, w := range batch {
+		ps[i] = w.p
+	}
+	if s.onStartBatch != nil {
+		s.onStartBatch(ps)
 	}
 	var maxRunning *int64
 	if key.limited {
 		maxRunning = &key.maxRunning
 	}
-	if s.onStartBatch != nil {
-		s.onStartBatch(ps)
-	}
 	now := s.now()
+	args, err := startArgs(key.tenant, maxRunning, now, ps)
+	if err != nil {
+		return err
+	}
 	var created map[string]bool
-	args, err := startArgs(key.tenant, maxRunning, now, ps, "", 0)
-	if err == nil {
-		err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-			b.Queue(sqlStartOrchestrations, args)
-		}, func(br pgx.BatchResults) error {
-			ids, err := readStarted(br)
-			created = ids
-			return err
-		})
+	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(sqlStartOrchestrations, args)
+	}, func(br pgx.BatchResults) error {
+		ids, err := readIDs(br)
+		created = ids
+		return err
+	})
+	for _, w := range batch {
+		w.created, w.now = created[w.p.InstanceID], now
 	}
-	for _, item := range batch {
-		item.created, item.now, item.err = created[item.p.InstanceID], now, err
-		close(item.done)
-	}
+	return err
 }
 
-// startArgs binds StartOrchestrations for starts of one tenant: leased
-// under token until until (an eager start), or free when until is 0.
-func startArgs(tenant string, maxRunning *int64, now int64, ps []*store.StartOrchestrationParams, token string, until int64) (namedArgs, error) {
+// startArgs binds StartOrchestrations for starts of one tenant.
+func startArgs(tenant string, maxRunning *int64, now int64, ps []*store.StartOrchestrationParams) (namedArgs, error) {
 	n := len(ps)
 	ids, names, versions, kinds := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	tags, retentions, traces := make([]string, n), make([]string, n), make([]string, n)
@@ -191,26 +98,7 @@ func startArgs(tenant string, maxRunning *int64, now int64, ps []*store.StartOrc
 			retentions[i] = string(r)
 		}
 	}
-	var leaseToken *string
-	if until > 0 {
-		leaseToken = &token
-	}
-	return namedArgs{"tenant_id": tenant, "now": now, "shard": countShard(), "max_running": maxRunning,
-		"lease_token": leaseToken, "leased_until": until, "instance_ids": ids, "names": names, "versions": versions,
+	return namedArgs{"tenant_id": tenant, "now": now, "shard": countShard(), "max_running": maxRunning, "instance_ids": ids, "names": names, "versions": versions,
 		"inputs": inputs, "tags": tags, "retentions": retentions, "kinds": kinds, "payloads": payloads,
 		"trace_contexts": traces}, nil
-}
-
-// readStarted reads the ids StartOrchestrations created.
-func readStarted(br pgx.BatchResults) (map[string]bool, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	created := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		created[id] = true
-	}
-	return created, err
 }

@@ -14,39 +14,49 @@ import (
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
-// heldStarts makes the first batch of starts a store sends wait, before its
-// statement, until release is called, and records the instance ids of
-// every batch sent.
-type heldStarts struct {
+// heldBatches makes the first batch of writes a store sends wait, before
+// its statement, until release is closed, and records the ids of every
+// batch sent.
+type heldBatches struct {
 	mu      sync.Mutex
 	batches [][]string
 	entered chan struct{}
 	release chan struct{}
 }
 
-func holdFirstStartBatch(s *Store) *heldStarts {
-	h := &heldStarts{entered: make(chan struct{}), release: make(chan struct{})}
+func newHeldBatches() *heldBatches {
+	return &heldBatches{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldBatches) see(ids []string) {
+	h.mu.Lock()
+	h.batches = append(h.batches, ids)
+	first := len(h.batches) == 1
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+		<-h.release
+	}
+}
+
+func (h *heldBatches) sent() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.batches
+}
+
+// holdFirstStartBatch holds s's first batch of starts; the ids are the
+// instances'.
+func holdFirstStartBatch(s *Store) *heldBatches {
+	h := newHeldBatches()
 	s.onStartBatch = func(starts []*store.StartOrchestrationParams) {
 		ids := make([]string, len(starts))
 		for i, p := range starts {
 			ids[i] = p.InstanceID
 		}
-		h.mu.Lock()
-		h.batches = append(h.batches, ids)
-		first := len(h.batches) == 1
-		h.mu.Unlock()
-		if first {
-			close(h.entered)
-			<-h.release
-		}
+		h.see(ids)
 	}
 	return h
-}
-
-func (h *heldStarts) sent() [][]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.batches
 }
 
 // pendingStarts counts the starts of tenant waiting for its group's next
@@ -73,11 +83,11 @@ func startAsync(ctx context.Context, s *Store, p *store.StartOrchestrationParams
 	return done
 }
 
-// waitPending waits until n starts of tenant wait for the next batch.
-func waitPending(t *testing.T, s *Store, tenant string, n int) {
+// waitPending waits until n writes wait for their group's next batch.
+func waitPending(t *testing.T, pending func() int, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return pendingStarts(s, tenant) == n }, time.Minute, time.Millisecond,
-		"starts waiting for the next batch")
+	require.Eventually(t, func() bool { return pending() == n }, time.Minute, time.Millisecond,
+		"writes waiting for the next batch")
 }
 
 // Starts that come while their tenant's statement runs wait for it, then go
@@ -106,7 +116,7 @@ func TestStartsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 			p.Input = nil
 		}
 		waiting = append(waiting, startAsync(ctx, s, p))
-		waitPending(t, s, "acme", i+1)
+		waitPending(t, func() int { return pendingStarts(s, "acme") }, i+1)
 	}
 
 	_, err := s.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: "other", InstanceID: "o", Name: "n",
@@ -173,12 +183,12 @@ func TestStartsOfOneIDGoInTurn(t *testing.T) {
 			Start: store.Message{Kind: "start"}})
 	}
 	a := same()
-	waitPending(t, s, "acme", 1)
+	waitPending(t, func() int { return pendingStarts(s, "acme") }, 1)
 	b := same()
-	waitPending(t, s, "acme", 2)
+	waitPending(t, func() int { return pendingStarts(s, "acme") }, 2)
 	other := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "other", Name: "n",
 		Start: store.Message{Kind: "start"}})
-	waitPending(t, s, "acme", 3)
+	waitPending(t, func() int { return pendingStarts(s, "acme") }, 3)
 	close(h.release)
 
 	require.NoError(t, <-first)
@@ -207,7 +217,7 @@ func TestBatchedStartsKeepTheRunningLimit(t *testing.T) {
 	var waiting []chan error
 	for i := range 4 {
 		waiting = append(waiting, start(fmt.Sprintf("b%d", i)))
-		waitPending(t, s, "acme", i+1)
+		waitPending(t, func() int { return pendingStarts(s, "acme") }, i+1)
 	}
 	close(h.release)
 	require.NoError(t, <-first)
@@ -247,10 +257,10 @@ func TestStartsWhoseCallerWentAway(t *testing.T) {
 	goneCtx, cancelGone := context.WithCancel(t.Context())
 	gone := startAsync(goneCtx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "gone", Name: "n",
 		Start: store.Message{Kind: "start"}})
-	waitPending(t, s, "acme", 1)
+	waitPending(t, func() int { return pendingStarts(s, "acme") }, 1)
 	stays := startAsync(t.Context(), s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "stays", Name: "n",
 		Start: store.Message{Kind: "start"}})
-	waitPending(t, s, "acme", 2)
+	waitPending(t, func() int { return pendingStarts(s, "acme") }, 2)
 	cancelGone()
 	require.ErrorIs(t, <-gone, context.Canceled)
 	cancelLead()

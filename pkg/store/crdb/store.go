@@ -60,7 +60,10 @@ type Store struct {
 	orchestratorTurn string
 	workerTurn       map[string]string // task queue -> last tenant served
 
-	starts startBatches
+	// starts and completions batch the writes that find no idle loop
+	// (groupcommit.go).
+	starts      *groupCommit[startKey, *batchedStart]
+	completions *groupCommit[string, *batchedCompletion]
 
 	// failedAttempts counts the transaction attempts that failed with an
 	// error that retry retries, by reason (see attemptFailure).
@@ -71,6 +74,9 @@ type Store struct {
 	// onStartBatch, when set (by tests), sees each batch of starts before
 	// its statement is sent.
 	onStartBatch func(starts []*store.StartOrchestrationParams)
+	// onCompletionBatch, when set (by tests), sees each batch of task
+	// completions before its statement is sent.
+	onCompletionBatch func(completions []*store.AckWorkItemParams)
 	// onPurge, when set (by tests), sees the rows each committed delete or
 	// prune transaction removed.
 	onPurge func(rows int64)
@@ -112,7 +118,9 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 		// Only a malformed instrument name fails.
 		panic(err)
 	}
-	return &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed}
+	s := &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed}
+	s.starts, s.completions = newStartBatches(s), newCompletionBatches(s)
+	return s
 }
 
 // Close closes the pool.

@@ -107,9 +107,11 @@ func (s *Store) RenewWorkItemLease(ctx context.Context, p *store.RenewWorkItemLe
 	return fromMillis(until), nil
 }
 
-// AckWorkItem deletes the task and enqueues its result in one statement: when
-// the delete finds no row (the activity was cancelled, its instance deleted,
-// or its lease taken over) nothing is enqueued and ErrLeaseLost is returned.
+// AckWorkItem deletes the task and enqueues its result in one statement
+// (with the tenant's other completions that came meanwhile, unless an idle
+// loop holds its instance's turn: completeBatched): when the delete finds no
+// row (the activity was cancelled, its instance deleted, or its lease taken
+// over) nothing is enqueued and ErrLeaseLost is returned.
 func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) error {
 	if p.Result != nil && p.Result.Kind == "" {
 		return invalid("the result message has no kind")
@@ -120,47 +122,44 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 	if !validToken(p.Lease.ID, p.Lease.Token) {
 		return workLeaseLost(p.Lease)
 	}
-	now := s.now()
-	eager := p.Eager
+	var done bool
 	if p.Result == nil {
-		eager = nil
+		err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+			b.Queue(sqlAckWork, namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token})
+		}, func(br pgx.BatchResults) error {
+			tag, err := br.Exec()
+			done = tag.RowsAffected() == 1
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if !done {
+			return workLeaseLost(p.Lease)
+		}
+		return nil
 	}
-	until, err := eagerLease(eager, now)
+	now := s.now()
+	until, err := eagerLease(p.Eager, now)
 	if err != nil {
 		return err
 	}
-	queue := func(b *pgx.Batch) {
-		lease := namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token}
-		if p.Result == nil {
-			b.Queue(sqlAckWork, lease)
-			return
-		}
-		lease["kind"], lease["payload"], lease["now"], lease["trace_context"] = p.Result.Kind, p.Result.Payload, now, p.TraceContext
-		lease["lease_token"], lease["leased_until"] = nil, until
-		if until > 0 {
-			lease["lease_token"] = eager.Token
-		}
-		b.Queue(sqlAckWorkWithResult, lease)
-	}
-	var done bool
-	readAcked := func(br pgx.BatchResults) (bool, error) {
-		tag, err := br.Exec()
-		done = tag.RowsAffected() == 1
-		return done, err
-	}
 	again := true
-	if eager != nil {
-		if done, again, err = s.heldWrite(ctx, eager, now, until, queue, readAcked); err != nil {
+	if p.Eager != nil {
+		done, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
+			b.Queue(sqlAckWorkWithResult, namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token,
+				"kind": p.Result.Kind, "payload": p.Result.Payload, "now": now, "trace_context": p.TraceContext,
+				"lease_token": p.Eager.Token, "leased_until": until})
+		}, func(br pgx.BatchResults) (bool, error) {
+			tag, err := br.Exec()
+			return tag.RowsAffected() == 1, err
+		})
+		if err != nil {
 			return err
 		}
 	}
 	if again {
-		until = 0
-		err = s.inBatchTx(ctx, pgx.ReadCommitted, queue, func(br pgx.BatchResults) error {
-			_, err := readAcked(br)
-			return err
-		})
-		if err != nil {
+		if done, err = s.completeBatched(ctx, p); err != nil {
 			return err
 		}
 	}

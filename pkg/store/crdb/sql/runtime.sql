@@ -21,16 +21,57 @@
 --     claim that finds nothing visible and abandons, which sets due_at
 --     exactly.
 
+-- name: StartOrchestration
+-- The instance, execution 1, its lease row (free, due at once; or, with
+-- @leased_until > 0, leased under @lease_token as a claim leases it: eager
+-- start), its place in the status counters (shard @shard), its tags and the
+-- start message, in one statement; nothing when the id is taken, or when
+-- @max_running (unless NULL) is no more than the tenant's running
+-- instances. An eager start's LeasedInputs follows in its transaction.
+-- Starts that no idle loop waits for go batched (StartOrchestrations).
+WITH i AS (
+	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
+		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
+	SELECT @tenant_id, @instance_id, @name, @version, 1, 'Running', @instance_id, @now, @now, @input, @tags,
+		@retention, 1, 0
+	WHERE @max_running::INT8 IS NULL OR @max_running::INT8 > (SELECT COALESCE(sum(c.n), 0)::INT8 FROM instance_counts c
+		WHERE c.tenant_id = @tenant_id AND c.status = 'Running')
+	ON CONFLICT (tenant_id, instance_id) DO NOTHING
+	RETURNING instance_id
+), e AS (
+	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
+	SELECT @tenant_id, instance_id, 1, 'Running', @input, @now FROM i
+	RETURNING instance_id
+), l AS (
+	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at, claims)
+	SELECT @tenant_id, instance_id, @lease_token::UUID, @leased_until::INT8,
+		CASE WHEN @leased_until::INT8 > 0 THEN @leased_until::INT8 ELSE @now END,
+		CASE WHEN @leased_until::INT8 > 0 THEN 1 ELSE 0 END FROM i
+	ON CONFLICT (tenant_id, instance_id) DO UPDATE
+		SET lease_token = excluded.lease_token, leased_until = excluded.leased_until, due_at = excluded.due_at,
+			claims = excluded.claims, strikes = 0
+	RETURNING 1
+), counted AS (
+	INSERT INTO instance_counts (tenant_id, status, shard, n)
+	SELECT @tenant_id, 'Running', @shard, 1 FROM i
+	ON CONFLICT (tenant_id, status, shard) DO UPDATE SET n = instance_counts.n + excluded.n
+	RETURNING 1
+), tagged AS (
+	INSERT INTO instance_tags (tenant_id, instance_id, tag_key, tag_value, created_at)
+	SELECT @tenant_id, i.instance_id, t.key, t.value, @now FROM i, jsonb_each_text(@tags::JSONB) AS t (key, value)
+	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE
+		SET tag_value = excluded.tag_value, created_at = excluded.created_at
+	RETURNING 1
+)
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM i;
+
 -- name: StartOrchestrations
--- The instances of @instance_ids (distinct), each with execution 1, its
--- lease row, its tags and its start message, and their place in the status
--- counters (shard @shard), in one statement; nothing for an id that is
--- taken. With @max_running, the starts are taken in their order while the
--- tenant's running instances and the starts before them stay below it.
--- The lease rows are free and due at once; or, with @leased_until > 0 (an
--- eager start, one instance), leased under @lease_token as a claim leases
--- them, and LeasedInputs follows in the transaction. Returns the ids it
--- created. Starts that find no idle loop come batched (starts.go).
+-- StartOrchestration for starts that no idle loop waits for, batched
+-- (starts.go): the instances of @instance_ids (distinct), their lease rows
+-- free and due at once. With @max_running, the starts are taken in their
+-- order while the tenant's running instances and the starts before them
+-- stay below it. Returns the ids it created.
 WITH c AS (
 	SELECT * FROM unnest(@instance_ids::TEXT[], @names::TEXT[], @versions::TEXT[], @inputs::BYTEA[], @tags::TEXT[],
 		@retentions::TEXT[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[]) WITH ORDINALITY
@@ -52,12 +93,9 @@ WITH c AS (
 	RETURNING 1
 ), l AS (
 	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at, claims)
-	SELECT @tenant_id, i.instance_id, COALESCE(@lease_token::UUID, gen_random_uuid()), @leased_until::INT8,
-		CASE WHEN @leased_until::INT8 > 0 THEN @leased_until::INT8 ELSE @now END,
-		CASE WHEN @leased_until::INT8 > 0 THEN 1 ELSE 0 END FROM i
+	SELECT @tenant_id, i.instance_id, gen_random_uuid(), 0, @now, 0 FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lease_token = excluded.lease_token, leased_until = excluded.leased_until, due_at = excluded.due_at,
-			claims = excluded.claims, strikes = 0
+		SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)

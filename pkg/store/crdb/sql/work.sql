@@ -73,7 +73,8 @@ DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_tok
 -- @lease_token, as a claim would (ClaimForTenant); LeasedInputs follows in
 -- the transaction. The lease is judged on the row the update writes (READ
 -- COMMITTED reads it anew after a concurrent writer), so it is a
--- compare-and-set like the claim's.
+-- compare-and-set like the claim's. Completions that no idle loop waits
+-- for go batched (AckWorkWithResults).
 WITH task AS (
 	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token
 ), woken AS (
@@ -92,6 +93,41 @@ WITH task AS (
 )
 INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
 SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM done;
+
+-- name: AckWorkWithResults
+-- AckWorkWithResult for completions that no idle loop waits for, batched
+-- (completions.go): the tasks of @ids (distinct), each under its @tokens;
+-- returns the ids of the tasks it deleted. The instances' lease rows are
+-- locked in key order, as an ack locks them (ack.sql), before they are
+-- written.
+WITH t AS (
+	SELECT * FROM unnest(@ids::UUID[], @tokens::UUID[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[])
+		AS t (id, token, kind, payload, trace_context)
+), task AS (
+	SELECT w.instance_id FROM worker_queue w
+	WHERE w.tenant_id = @tenant_id AND w.id = ANY(@ids::UUID[]) AND (w.id, w.lease_token) IN (SELECT id, token FROM t)
+), locked AS (
+	SELECT l.instance_id FROM instance_leases l
+	WHERE l.tenant_id = @tenant_id AND l.instance_id IN (SELECT instance_id FROM task)
+	ORDER BY l.instance_id
+	FOR UPDATE
+), woken AS (
+	UPDATE instance_leases l
+	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END)
+	WHERE l.tenant_id = @tenant_id AND l.instance_id IN (SELECT instance_id FROM locked)
+	RETURNING 1
+), done AS (
+	DELETE FROM worker_queue w
+	WHERE w.tenant_id = @tenant_id AND w.id = ANY(@ids::UUID[]) AND (w.id, w.lease_token) IN (SELECT id, token FROM t)
+		AND (SELECT count(*) FROM woken) >= 0
+	RETURNING w.id, w.instance_id, w.execution_id
+), enqueued AS (
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+	SELECT @tenant_id, d.instance_id, d.execution_id, t.kind, t.payload, @now, @now, NULLIF(t.trace_context, '')
+	FROM done d JOIN t ON t.id = d.id
+	RETURNING 1
+)
+SELECT d.id::TEXT FROM done d WHERE (SELECT count(*) FROM enqueued) >= 0;
 
 -- name: AbandonWork
 UPDATE worker_queue SET lease_token = NULL, leased_until = NULL, visible_at = @visible_at
