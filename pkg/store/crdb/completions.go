@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -39,6 +41,7 @@ func (s *Store) sendCompletions(ctx context.Context, tenant string, batch []*bat
 	for i, w := range batch {
 		ps[i] = w.p
 	}
+	s.batchWrites.Record(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("kind", "completion")))
 	if s.onCompletionBatch != nil {
 		s.onCompletionBatch(ps)
 	}

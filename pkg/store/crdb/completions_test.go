@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -78,7 +79,8 @@ func completeAsync(ctx context.Context, s *Store, lease store.WorkLease, payload
 // capitals is the same task. Another tenant's completions do not wait.
 func TestCompletionsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 	t.Parallel()
-	s := New(testdb.Pool(t, 8), Options{})
+	reader := sdkmetric.NewManualReader()
+	s := New(testdb.Pool(t, 8), Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	ctx := t.Context()
 	lead := scheduleTasks(t, s, "acme", "lead", 1)
 	two := scheduleTasks(t, s, "acme", "two", 2)
@@ -108,6 +110,9 @@ func TestCompletionsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 	require.ErrorIs(t, <-waiting[3], store.ErrLeaseLost)
 	require.Equal(t, [][]string{{lead[0].Lease.ID}, {other[0].Lease.ID},
 		{two[0].Lease.ID, upper.ID, one[0].Lease.ID, stolen.ID}}, h.sent())
+	// The five starts of scheduleTasks went one by one.
+	require.Equal(t, map[string][2]int64{"start": {5, 5}, "completion": {3, 6}}, batchWrites(t, reader),
+		"batches and writes by kind")
 
 	results := map[string][]string{}
 	for range 3 {

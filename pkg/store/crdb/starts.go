@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -50,6 +52,7 @@ func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedSt
 	for i, w := range batch {
 		ps[i] = w.p
 	}
+	s.batchWrites.Record(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("kind", "start")))
 	if s.onStartBatch != nil {
 		s.onStartBatch(ps)
 	}

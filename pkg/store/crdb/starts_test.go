@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -59,6 +61,21 @@ func holdFirstStartBatch(s *Store) *heldBatches {
 	return h
 }
 
+// batchWrites reads orchard.store.batch.writes: the batches and the
+// writes they carried, by kind.
+func batchWrites(t *testing.T, reader *sdkmetric.ManualReader) map[string][2]int64 {
+	t.Helper()
+	got := map[string][2]int64{}
+	for _, data := range collectMetric(t, reader, "orchard.store.batch.writes") {
+		for _, dp := range data.(metricdata.Histogram[int64]).DataPoints {
+			kind, _ := dp.Attributes.Value("kind")
+			c := got[kind.AsString()]
+			got[kind.AsString()] = [2]int64{c[0] + int64(dp.Count), c[1] + dp.Sum}
+		}
+	}
+	return got
+}
+
 // pendingStarts counts the starts of tenant waiting for its group's next
 // batch.
 func pendingStarts(s *Store, tenant string) int {
@@ -96,7 +113,8 @@ func waitPending(t *testing.T, pending func() int, n int) {
 // starts do not wait for them.
 func TestStartsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 	t.Parallel()
-	s := New(testdb.Pool(t, 8), Options{})
+	reader := sdkmetric.NewManualReader()
+	s := New(testdb.Pool(t, 8), Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	ctx := t.Context()
 	h := holdFirstStartBatch(s)
 	first := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: "first", Name: "n",
@@ -129,6 +147,7 @@ func TestStartsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 		require.NoError(t, <-w)
 	}
 	require.Equal(t, [][]string{{"first"}, {"o"}, {"b0", "b1", "b2", "b3", "b4"}}, h.sent())
+	require.Equal(t, map[string][2]int64{"start": {3, 7}}, batchWrites(t, reader), "batches and writes by kind")
 
 	for i := range n {
 		id := fmt.Sprintf("b%d", i)

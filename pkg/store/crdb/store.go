@@ -68,6 +68,9 @@ type Store struct {
 	// failedAttempts counts the transaction attempts that failed with an
 	// error that retry retries, by reason (see attemptFailure).
 	failedAttempts metric.Int64Counter
+	// batchWrites records how many writes each batched statement carries
+	// (groupcommit.go), by kind.
+	batchWrites metric.Int64Histogram
 
 	// onRetry, when set (by tests), sees every retried attempt.
 	onRetry func(attempt int, err error)
@@ -118,7 +121,15 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 		// Only a malformed instrument name fails.
 		panic(err)
 	}
-	s := &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed}
+	batchWrites, err := opts.MeterProvider.Meter("github.com/orchardhq/orchard/pkg/store/crdb").Int64Histogram(
+		"orchard.store.batch.writes",
+		metric.WithDescription("Writes one batched statement carried (group commit of the writes no idle loop waits for), by kind: start or completion."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64))
+	if err != nil {
+		panic(err)
+	}
+	s := &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed,
+		batchWrites: batchWrites}
 	s.starts, s.completions = newStartBatches(s), newCompletionBatches(s)
 	return s
 }

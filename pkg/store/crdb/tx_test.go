@@ -92,21 +92,30 @@ func TestInTxRetriesStatementConflict(t *testing.T) {
 // failedAttempts reads orchard.store.transaction.failed_attempts by reason.
 func failedAttempts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(t.Context(), &rm))
 	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "orchard.store.transaction.failed_attempts" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				reason, _ := dp.Attributes.Value("reason")
-				got[reason.AsString()] += dp.Value
-			}
+	for _, data := range collectMetric(t, reader, "orchard.store.transaction.failed_attempts") {
+		for _, dp := range data.(metricdata.Sum[int64]).DataPoints {
+			reason, _ := dp.Attributes.Value("reason")
+			got[reason.AsString()] += dp.Value
 		}
 	}
 	return got
+}
+
+// collectMetric reads the data recorded under the metric named name.
+func collectMetric(t *testing.T, reader *sdkmetric.ManualReader, name string) []metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	var out []metricdata.Aggregation
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				out = append(out, m.Data)
+			}
+		}
+	}
+	return out
 }
 
 // Write skew: both transactions read the on-call roster and each takes a
