@@ -4,9 +4,6 @@ import (
 	"context"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -41,19 +38,10 @@ func (s *Store) sendCompletions(ctx context.Context, tenant string, batch []*bat
 	for i, w := range batch {
 		ps[i] = w.p
 	}
-	s.batchWrites.Record(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("kind", "completion")))
 	if s.onCompletionBatch != nil {
 		s.onCompletionBatch(ps)
 	}
-	args := completionArgs(tenant, s.now(), ps)
-	var done map[string]bool
-	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(sqlAckWorkWithResults, args)
-	}, func(br pgx.BatchResults) error {
-		ids, err := readIDs(br)
-		done = ids
-		return err
-	})
+	done, err := s.sendBatch(ctx, "completion", len(batch), sqlAckWorkWithResults, completionArgs(tenant, s.now(), ps))
 	for _, w := range batch {
 		w.done = done[w.id]
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // groupCommit sends writes that one statement can carry many of (starts,
@@ -133,4 +137,28 @@ func (c *groupCommit[K, T]) take(pending []*commitCall[T]) (batch, rest []*commi
 		}
 	}
 	return batch, rest
+}
+
+// sendBatch runs one batched statement (sql, bound by args) of n writes of
+// kind (start, completion) in a transaction of its own, and returns the ids
+// of the writes it reports done (the instances it created, the tasks it
+// completed).
+func (s *Store) sendBatch(ctx context.Context, kind string, n int, sql string, args namedArgs) (map[string]bool, error) {
+	s.batchWrites.Record(ctx, int64(n), metric.WithAttributes(attribute.String("kind", kind)))
+	var done map[string]bool
+	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
+		b.Queue(sql, args)
+	}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		done = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			done[id] = true
+		}
+		return err
+	})
+	return done, err
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
@@ -52,7 +48,6 @@ func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedSt
 	for i, w := range batch {
 		ps[i] = w.p
 	}
-	s.batchWrites.Record(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("kind", "start")))
 	if s.onStartBatch != nil {
 		s.onStartBatch(ps)
 	}
@@ -65,14 +60,7 @@ func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedSt
 	if err != nil {
 		return err
 	}
-	var created map[string]bool
-	err = s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-		b.Queue(sqlStartOrchestrations, args)
-	}, func(br pgx.BatchResults) error {
-		ids, err := readIDs(br)
-		created = ids
-		return err
-	})
+	created, err := s.sendBatch(ctx, "start", len(batch), sqlStartOrchestrations, args)
 	for _, w := range batch {
 		w.created, w.now = created[w.p.InstanceID], now
 	}

@@ -207,18 +207,3 @@ func uuidArray(ss []string) []pgtype.UUID {
 	}
 	return out
 }
-
-// readIDs reads the ids a batched write returns (the instances it
-// created, the tasks it completed) as a set.
-func readIDs(br pgx.BatchResults) (map[string]bool, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	set := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	return set, err
-}
