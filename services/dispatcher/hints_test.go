@@ -186,3 +186,49 @@ steps:
 	hints.Notify(t.Context(), orchestrations)
 	testwait.Until(t, time.Minute, "both timers' turns", func() bool { return d.Stats().Turns == 4 })
 }
+
+// fetchWatch is a store whose fetches the test sees: how many run at once
+// (the most), and the first one waits for release.
+type fetchWatch struct {
+	store.Store
+	inFlight, most atomic.Int64
+	first          sync.Once
+	entered        chan struct{}
+	release        chan struct{}
+}
+
+func (f *fetchWatch) FetchOrchestrationItems(ctx context.Context, p *store.FetchOrchestrationItemsParams) ([]*store.OrchestrationItem, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	f.first.Do(func() { close(f.entered); <-f.release })
+	return f.Store.FetchOrchestrationItems(ctx, p)
+}
+
+// The loops fetch one at a time: while one loop's fetch runs, the others
+// wait for it, and the turns still run.
+func TestLoopsFetchOneAtATime(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, waiterDoc)
+	watch := &fetchWatch{Store: s.store, entered: make(chan struct{}), release: make(chan struct{})}
+	const loops = 4
+	d := s.dispatcher(dispatcher.Config{Store: watch, Loops: loops, MinPoll: time.Millisecond})
+	s.startDispatcher(d)
+	// Before the dispatcher's Stop, which waits for the first fetch.
+	release := sync.OnceFunc(func() { close(watch.release) })
+	t.Cleanup(release)
+	<-watch.entered
+	testwait.Until(t, time.Minute, "the other loops to wait for the first fetch", func() bool { return d.Stats().FetchWaits == loops-1 })
+	release()
+	for i := range 10 {
+		s.start(fmt.Sprintf("w%d", i), "waiter", nil, nil)
+	}
+	testwait.Until(t, time.Minute, "the instances to wait", func() bool { return d.Stats().Turns == 10 })
+	for i := range 10 {
+		s.raise(fmt.Sprintf("w%d", i), "go", nil)
+	}
+	testwait.Until(t, time.Minute, "the instances to end", func() bool { return d.Stats().Turns == 20 })
+	require.Equal(t, int64(1), watch.most.Load(), "fetches at once")
+	require.Greater(t, d.Stats().FetchWaits, int64(loops-1), "waits after the first fetch")
+}
