@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -37,9 +40,14 @@ func (s *Store) AckOrchestrationItem(ctx context.Context, p *store.AckOrchestrat
 // instances abort each other constantly, though they share no row. A
 // concurrent delete, which is SERIALIZABLE, conflicts with a turn's writes
 // to its lease and instance rows, so one of the two waits and retries.
+//
+// Calls for the same tenants that come while one of theirs commits wait
+// for it and go together in the next transaction (groupCommit): the loops
+// of a busy dispatcher ack in turn, each commit carrying what came during
+// the last.
 func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestrationItemsParams) ([]error, error) {
 	results := make([]error, len(p.Turns))
-	byTenant := map[string][]int{}
+	w := &batchedAck{}
 	var tenants []string
 	for i, t := range p.Turns {
 		if err := validateAck(t); err != nil {
@@ -49,19 +57,94 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 			results[i] = leaseLost(t.Lease)
 			continue
 		}
+		w.turns = append(w.turns, t)
+		w.at = append(w.at, i)
+		tenants = append(tenants, t.Lease.TenantID)
+	}
+	if len(w.turns) == 0 {
+		return results, nil
+	}
+	slices.Sort(tenants)
+	if err := s.acks.do(ctx, strings.Join(slices.Compact(tenants), "\x00"), w); err != nil {
+		return nil, err
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	for j, i := range w.at {
+		results[i] = w.results[j]
+	}
+	return results, nil
+}
+
+// batchedAck is one AckOrchestrationItems call's valid turns (at: their
+// places in the call) and their outcomes: each turn's, or err, the call's
+// when its turns went on their own and failed (sendAcks).
+type batchedAck struct {
+	turns   []*store.AckOrchestrationItemParams
+	at      []int
+	results []error
+	err     error
+}
+
+func newAckBatches(s *Store) *groupCommit[string, *batchedAck] {
+	return &groupCommit[string, *batchedAck]{
+		ids: func(w *batchedAck) []string {
+			ids := make([]string, len(w.turns))
+			for i, t := range w.turns {
+				ids[i] = t.Lease.TenantID + "\x00" + t.Lease.InstanceID
+			}
+			return ids
+		},
+		send: s.sendAcks,
+	}
+}
+
+// sendAcks commits the turns of a batch of calls in one transaction. When
+// it fails and the batch joined several calls, each call's turns go again
+// in a transaction of their own: a turn whose ack cannot commit fails its
+// own call, not the others that came with it.
+func (s *Store) sendAcks(ctx context.Context, _ string, batch []*batchedAck) error {
+	var turns []*store.AckOrchestrationItemParams
+	for _, w := range batch {
+		turns = append(turns, w.turns...)
+	}
+	results, err := s.ackTurns(ctx, turns)
+	switch {
+	case err == nil:
+		for _, w := range batch {
+			w.results, results = results[:len(w.turns)], results[len(w.turns):]
+		}
+		return nil
+	case len(batch) == 1:
+		return err
+	}
+	for _, w := range batch {
+		w.results, w.err = s.ackTurns(ctx, w.turns)
+	}
+	return nil
+}
+
+// ackTurns commits valid turns in one transaction; a turn that did not
+// hold gets ErrLeaseLost.
+func (s *Store) ackTurns(ctx context.Context, turns []*store.AckOrchestrationItemParams) ([]error, error) {
+	if s.onAckBatch != nil {
+		s.onAckBatch(turns)
+	}
+	s.batchWrites.Record(ctx, int64(len(turns)), metric.WithAttributes(attribute.String("kind", "ack")))
+	byTenant := map[string][]int{}
+	var tenants []string
+	for i, t := range turns {
 		if byTenant[t.Lease.TenantID] == nil {
 			tenants = append(tenants, t.Lease.TenantID)
 		}
 		byTenant[t.Lease.TenantID] = append(byTenant[t.Lease.TenantID], i)
 	}
-	if len(tenants) == 0 {
-		return results, nil
-	}
 	// Lease rows are locked in key order (see sql/ack.sql).
 	slices.Sort(tenants)
 	for _, idx := range byTenant {
 		slices.SortStableFunc(idx, func(a, b int) int {
-			return cmp.Compare(p.Turns[a].Lease.InstanceID, p.Turns[b].Lease.InstanceID)
+			return cmp.Compare(turns[a].Lease.InstanceID, turns[b].Lease.InstanceID)
 		})
 	}
 	now := s.now()
@@ -70,11 +153,11 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 	before, after := make([]int, len(tenants)), make([]int, len(tenants))
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		for n, tenant := range tenants {
-			turns := make([]*store.AckOrchestrationItemParams, 0, len(byTenant[tenant]))
+			ts := make([]*store.AckOrchestrationItemParams, 0, len(byTenant[tenant]))
 			for _, i := range byTenant[tenant] {
-				turns = append(turns, p.Turns[i])
+				ts = append(ts, turns[i])
 			}
-			before[n], after[n] = queueAck(b, tenant, turns, now)
+			before[n], after[n] = queueAck(b, tenant, ts, now)
 		}
 	}, func(br pgx.BatchResults) error {
 		clear(held)
@@ -84,7 +167,7 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 				return err
 			}
 			for _, i := range byTenant[tenant] {
-				held[i] = ok[p.Turns[i].Lease.InstanceID]
+				held[i] = ok[turns[i].Lease.InstanceID]
 			}
 		}
 		return nil
@@ -92,8 +175,9 @@ func (s *Store) AckOrchestrationItems(ctx context.Context, p *store.AckOrchestra
 	if err != nil {
 		return nil, err
 	}
-	for i, t := range p.Turns {
-		if results[i] == nil && !held[i] {
+	results := make([]error, len(turns))
+	for i, t := range turns {
+		if !held[i] {
 			results[i] = leaseLost(t.Lease)
 		}
 	}

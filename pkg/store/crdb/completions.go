@@ -20,7 +20,7 @@ type batchedCompletion struct {
 
 func newCompletionBatches(s *Store) *groupCommit[string, *batchedCompletion] {
 	return &groupCommit[string, *batchedCompletion]{
-		id:   func(w *batchedCompletion) string { return w.id },
+		ids:  func(w *batchedCompletion) []string { return []string{w.id} },
 		send: s.sendCompletions,
 	}
 }

@@ -110,8 +110,9 @@ func TestCompletionsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 	require.ErrorIs(t, <-waiting[3], store.ErrLeaseLost)
 	require.Equal(t, [][]string{{lead[0].Lease.ID}, {other[0].Lease.ID},
 		{two[0].Lease.ID, upper.ID, one[0].Lease.ID, stolen.ID}}, h.sent())
-	// The five starts of scheduleTasks went one by one.
-	require.Equal(t, map[string][2]int64{"start": {5, 5}, "completion": {3, 6}}, batchWrites(t, reader),
+	// The five starts of scheduleTasks went one by one, and so did the
+	// acks of their turns.
+	require.Equal(t, map[string][2]int64{"start": {5, 5}, "ack": {5, 5}, "completion": {3, 6}}, batchWrites(t, reader),
 		"batches and writes by kind")
 
 	results := map[string][]string{}

@@ -2,6 +2,7 @@ package crdb
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -11,19 +12,20 @@ import (
 )
 
 // groupCommit sends writes that one statement can carry many of (starts,
-// task completions) in batches, one statement and one commit per batch, by
-// key (a tenant): group commit, with no wait of its own. A write that finds
-// its key idle is sent at once, with whatever joined it meanwhile; one that
-// comes while its key's statement runs waits for that statement and goes in
-// the next, with every write that came in between. So a write alone costs
+// task completions, turns' acks) in batches, one transaction and one commit
+// per batch, by key (a tenant): group commit, with no wait of its own. A
+// write that finds its key idle is sent at once, with whatever joined it
+// meanwhile; one that comes while its key's statement runs waits for that
+// statement and goes in the next, with every write that came in between. So a write alone costs
 // what it would unbatched, and under load (an ack ends or schedules several
 // orchestrations' work at once, and their clients and workers answer
 // together) a statement carries several.
 type groupCommit[K comparable, T any] struct {
-	// id names a write: a batch holds writes of distinct ids (a second
-	// write of an id goes in the next batch), so that one statement never
-	// writes a row twice and each write's outcome is its own.
-	id func(T) string
+	// ids names what a write writes: a batch holds writes of distinct ids
+	// (a write that names an id taken goes in the next batch), so that one
+	// statement never writes a row twice and each write's outcome is its
+	// own.
+	ids func(T) []string
 	// send writes a batch and sets each write's outcome in it; an error
 	// is every write's.
 	send func(ctx context.Context, key K, batch []T) error
@@ -122,15 +124,17 @@ func (c *groupCommit[K, T]) run(ctx context.Context, key K, g *commitGroup[T]) {
 // order; the others stay for the next batch. A write whose caller has gone
 // is dropped, not sent.
 func (c *groupCommit[K, T]) take(pending []*commitCall[T]) (batch, rest []*commitCall[T]) {
-	ids := make(map[string]bool, len(pending))
+	taken := make(map[string]bool, len(pending))
 	for _, call := range pending {
-		id := c.id(call.write)
+		ids := c.ids(call.write)
 		switch {
 		case call.ctx.Err() != nil:
 			call.err = call.ctx.Err()
 			close(call.done)
-		case len(batch) < maxCommitBatch && !ids[id]:
-			ids[id] = true
+		case len(batch) < maxCommitBatch && !slices.ContainsFunc(ids, func(id string) bool { return taken[id] }):
+			for _, id := range ids {
+				taken[id] = true
+			}
 			batch = append(batch, call)
 		default:
 			rest = append(rest, call)

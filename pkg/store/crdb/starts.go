@@ -27,7 +27,7 @@ type batchedStart struct {
 
 func newStartBatches(s *Store) *groupCommit[startKey, *batchedStart] {
 	return &groupCommit[startKey, *batchedStart]{
-		id:   func(w *batchedStart) string { return w.p.InstanceID },
+		ids:  func(w *batchedStart) []string { return []string{w.p.InstanceID} },
 		send: s.sendStarts,
 	}
 }

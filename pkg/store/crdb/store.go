@@ -60,10 +60,11 @@ type Store struct {
 	orchestratorTurn string
 	workerTurn       map[string]string // task queue -> last tenant served
 
-	// starts and completions batch the writes that find no idle loop
-	// (groupcommit.go).
+	// starts and completions batch the writes that find no idle loop,
+	// acks the turns of the dispatchers' loops (groupcommit.go).
 	starts      *groupCommit[startKey, *batchedStart]
 	completions *groupCommit[string, *batchedCompletion]
+	acks        *groupCommit[string, *batchedAck]
 
 	// failedAttempts counts the transaction attempts that failed with an
 	// error that retry retries, by reason (see attemptFailure).
@@ -80,6 +81,9 @@ type Store struct {
 	// onCompletionBatch, when set (by tests), sees each batch of task
 	// completions before its statement is sent.
 	onCompletionBatch func(completions []*store.AckWorkItemParams)
+	// onAckBatch, when set (by tests), sees the turns of each batch of acks
+	// before they are sent.
+	onAckBatch func(turns []*store.AckOrchestrationItemParams)
 	// onPurge, when set (by tests), sees the rows each committed delete or
 	// prune transaction removed.
 	onPurge func(rows int64)
@@ -123,14 +127,14 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	}
 	batchWrites, err := opts.MeterProvider.Meter("github.com/orchardhq/orchard/pkg/store/crdb").Int64Histogram(
 		"orchard.store.batch.writes",
-		metric.WithDescription("Writes one batched statement carried (group commit of the writes no idle loop waits for), by kind: start or completion."),
+		metric.WithDescription("Writes one batched statement carried (group commit of the writes no idle loop waits for), by kind: start, completion or ack (turns)."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64))
 	if err != nil {
 		panic(err)
 	}
 	s := &Store{pool: pool, opts: opts, log: opts.Logger, workerTurn: map[string]string{}, failedAttempts: failed,
 		batchWrites: batchWrites}
-	s.starts, s.completions = newStartBatches(s), newCompletionBatches(s)
+	s.starts, s.completions, s.acks = newStartBatches(s), newCompletionBatches(s), newAckBatches(s)
 	return s
 }
 
