@@ -96,7 +96,7 @@ answers 503 from the moment the drain starts.`,
 	addHintsFlags(f, &hints)
 	f.StringVar(&tenant, "tenant", envString("ORCHARD_DISPATCHER_TENANT", ""), "serve only this tenant (env ORCHARD_DISPATCHER_TENANT; empty: all)")
 	f.IntVar(&loops, "loops", envInt("ORCHARD_DISPATCHER_LOOPS", 4), "concurrent dispatch loops (env ORCHARD_DISPATCHER_LOOPS)")
-	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", 8), "instances per fetch and per ack (env ORCHARD_DISPATCHER_BATCH)")
+	f.IntVar(&batch, "batch", envInt("ORCHARD_DISPATCHER_BATCH", dispatcher.DefaultBatch), "instances per fetch (env ORCHARD_DISPATCHER_BATCH)")
 	f.DurationVar(&lease, "lease", envDuration("ORCHARD_DISPATCHER_LEASE", dispatcher.DefaultLeaseDuration), "instance lease duration (env ORCHARD_DISPATCHER_LEASE)")
 	f.DurationVar(&drain, "drain-timeout", envDuration("ORCHARD_DRAIN_TIMEOUT", 30*time.Second), "how long a drain waits for turns in flight (env ORCHARD_DRAIN_TIMEOUT)")
 	return cmd

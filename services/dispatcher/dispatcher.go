@@ -33,8 +33,8 @@ type Config struct {
 	Store store.Store
 	// Loops is the number of concurrent fetch → turn → ack loops (default 4).
 	Loops int
-	// Batch is how many instances a loop leases per fetch and acks per
-	// transaction (default 8).
+	// Batch is how many instances a loop leases per fetch (default
+	// DefaultBatch).
 	Batch int
 	// LeaseDuration is how long a fetched instance stays leased without a
 	// renewal (default DefaultLeaseDuration). Batches that run longer than
@@ -98,6 +98,12 @@ type Config struct {
 // leases after a third of it (most batches end in milliseconds).
 const DefaultLeaseDuration = 5 * time.Second
 
+// DefaultBatch is the default Batch. The loops fetch one at a time
+// (fetchAndRun), so under load the fetches carry what came meanwhile: a
+// batch of 16 serves a burst with fewer, fuller claims and acks than one of
+// 8 (W +13% on the 2-core dev machine), and a lighter load fills neither.
+const DefaultBatch = 16
+
 // FailureKindPoison is the failure kind of an execution failed because its
 // turns kept dying before they ended.
 const FailureKindPoison = "poison"
@@ -107,7 +113,7 @@ func (c *Config) withDefaults() error {
 		return errors.New("dispatcher: no store")
 	}
 	c.Loops = cmp.Or(c.Loops, 4)
-	c.Batch = cmp.Or(c.Batch, 8)
+	c.Batch = cmp.Or(c.Batch, DefaultBatch)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, DefaultLeaseDuration)
 	c.MinPoll = cmp.Or(c.MinPoll, 2*time.Millisecond)
 	c.MaxPoll = cmp.Or(c.MaxPoll, 100*time.Millisecond)
