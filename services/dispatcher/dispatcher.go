@@ -99,9 +99,9 @@ type Config struct {
 const DefaultLeaseDuration = 5 * time.Second
 
 // DefaultBatch is the default Batch. The loops fetch one at a time
-// (fetchAndRun), so under load the fetches carry what came meanwhile: a
-// batch of 16 serves a burst with fewer, fuller claims and acks than one of
-// 8 (W +13% on the 2-core dev machine), and a lighter load fills neither.
+// (fetchAndRun), so under load a fetch carries what came during the last
+// one: a larger batch serves a burst with fewer, fuller claims and acks,
+// and a lighter load fills none.
 const DefaultBatch = 16
 
 // FailureKindPoison is the failure kind of an execution failed because its

@@ -26,17 +26,6 @@ func holdFirstAckBatch(s *Store) *heldBatches {
 	return h
 }
 
-// pendingAcks counts the ack calls of tenant waiting for its group's next
-// batch.
-func pendingAcks(s *Store, tenant string) int {
-	s.acks.mu.Lock()
-	defer s.acks.mu.Unlock()
-	if g := s.acks.groups[tenant]; g != nil {
-		return len(g.pending)
-	}
-	return 0
-}
-
 // leaseNew starts instance id and leases it for its first turn.
 func leaseNew(t *testing.T, s *Store, tenant, id string) *store.OrchestrationItem {
 	t.Helper()
@@ -95,13 +84,13 @@ func TestAcksThatComeMeanwhileGoInOneTransaction(t *testing.T) {
 	<-h.entered
 
 	two := ackAsync(ctx, s, firstTurn(items["b"], true), firstTurn(items["c"], false))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 1)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 1)
 	one := ackAsync(ctx, s, firstTurn(items["d"], true))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 2)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 2)
 	stolen := firstTurn(items["e"], false)
 	stolen.Lease.Token = "00000000-0000-4000-8000-000000000000"
 	lost := ackAsync(ctx, s, stolen)
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 3)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 3)
 
 	require.NoError(t, s.AckOrchestrationItem(ctx, firstTurn(other, true)), "another tenant's ack waited for acme's")
 
@@ -151,9 +140,9 @@ func TestAcksOfOneInstanceGoInTurn(t *testing.T) {
 	first := ackAsync(ctx, s, firstTurn(lead, false))
 	<-h.entered
 	once := ackAsync(ctx, s, firstTurn(item, false))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 1)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 1)
 	again := ackAsync(ctx, s, firstTurn(item, true))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 2)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 2)
 	close(h.release)
 	require.Equal(t, []error{nil}, <-first)
 	require.Equal(t, []error{nil}, <-once)
@@ -181,9 +170,9 @@ func TestAFailingAckFailsItsCallAlone(t *testing.T) {
 	first := ackAsync(ctx, s, firstTurn(lead, false))
 	<-h.entered
 	fails := ackAsync(ctx, s, firstTurn(bad, false))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 1)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 1)
 	goes := ackAsync(ctx, s, firstTurn(good, true))
-	waitPending(t, func() int { return pendingAcks(s, "acme") }, 2)
+	waitPending(t, func() int { return pendingIn(s.acks, "acme") }, 2)
 	close(h.release)
 	require.Equal(t, []error{nil}, <-first)
 	require.Equal(t, []error{nil}, <-goes)

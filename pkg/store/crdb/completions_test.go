@@ -29,17 +29,6 @@ func holdFirstCompletionBatch(s *Store) *heldBatches {
 	return h
 }
 
-// pendingCompletions counts the completions of tenant waiting for its
-// group's next batch.
-func pendingCompletions(s *Store, tenant string) int {
-	s.completions.mu.Lock()
-	defer s.completions.mu.Unlock()
-	if g := s.completions.groups[tenant]; g != nil {
-		return len(g.pending)
-	}
-	return 0
-}
-
 // scheduleTasks starts instance id, acks its first turn with n activities
 // on task queue "q", and leases their tasks.
 func scheduleTasks(t *testing.T, s *Store, tenant, id string, n int) []*store.WorkItem {
@@ -98,7 +87,7 @@ func TestCompletionsThatComeMeanwhileGoInOneStatement(t *testing.T) {
 	var waiting []chan error
 	for i, lease := range []store.WorkLease{two[0].Lease, upper, one[0].Lease, stolen} {
 		waiting = append(waiting, completeAsync(ctx, s, lease, fmt.Sprint(i)))
-		waitPending(t, func() int { return pendingCompletions(s, "acme") }, i+1)
+		waitPending(t, func() int { return pendingIn(s.completions, "acme") }, i+1)
 	}
 	require.NoError(t, <-completeAsync(ctx, s, other[0].Lease, "o"), "another tenant's completion waited for acme's")
 
@@ -148,9 +137,9 @@ func TestCompletionsOfOneTaskGoInTurn(t *testing.T) {
 	first := completeAsync(ctx, s, lead[0].Lease, "lead")
 	<-h.entered
 	a := completeAsync(ctx, s, task.Lease, "a")
-	waitPending(t, func() int { return pendingCompletions(s, "acme") }, 1)
+	waitPending(t, func() int { return pendingIn(s.completions, "acme") }, 1)
 	b := completeAsync(ctx, s, task.Lease, "b")
-	waitPending(t, func() int { return pendingCompletions(s, "acme") }, 2)
+	waitPending(t, func() int { return pendingIn(s.completions, "acme") }, 2)
 	close(h.release)
 
 	require.NoError(t, <-first)

@@ -90,6 +90,16 @@ func pendingStarts(s *Store, tenant string) int {
 	return n
 }
 
+// pendingIn counts the writes waiting for key's next batch in g.
+func pendingIn[K comparable, T any](g *groupCommit[K, T], key K) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if grp := g.groups[key]; grp != nil {
+		return len(grp.pending)
+	}
+	return 0
+}
+
 // startAsync starts p in a goroutine; the channel gets its error.
 func startAsync(ctx context.Context, s *Store, p *store.StartOrchestrationParams) chan error {
 	done := make(chan error, 1)
