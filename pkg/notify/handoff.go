@@ -39,9 +39,13 @@ import (
 // no claim and no hint. It then gives the place back (Return), and the
 // loop never woke. A write that ran no turn (it leased nothing, or failed)
 // delivers an empty delivery instead, and the loop fetches.
+//
+// A Handoff also carries an instance's end, as the ack that ended it left
+// it, to the WaitForCompletion calls waiting for it (AwaitEnd, in ends.go).
 type Handoff struct {
 	tasks places[*store.WorkItem]
 	loops places[*store.OrchestrationItem]
+	ends  ends
 
 	mu    sync.Mutex // guards news and epoch
 	quiet time.Duration
@@ -81,7 +85,7 @@ const maxNews = 4096
 func NewHandoff(quiet time.Duration) *Handoff {
 	return &Handoff{tasks: places[*store.WorkItem]{waiting: map[handoffKey][]*Place[*store.WorkItem]{}},
 		loops: places[*store.OrchestrationItem]{waiting: map[handoffKey][]*Place[*store.OrchestrationItem]{}},
-		quiet: quiet, news: map[handoffKey]*queueNews{}}
+		ends:  ends{max: maxEndBytes}, quiet: quiet, news: map[handoffKey]*queueNews{}}
 }
 
 // Unplaced records that a task was made visible in a tenant's task queue
@@ -407,6 +411,17 @@ func (h *Handoff) Waiting() int { return h.tasks.count() }
 
 // IdleLoops is the number of loop places offered, for tests and metrics.
 func (h *Handoff) IdleLoops() int { return h.loops.count() }
+
+// EndWaits is the number of waits for an end, and the bytes of the
+// instances handed to them, for tests.
+func (h *Handoff) EndWaits() (waits, bytes int) {
+	h.ends.mu.Lock()
+	defer h.ends.mu.Unlock()
+	for _, ws := range h.ends.waits {
+		waits += len(ws)
+	}
+	return waits, h.ends.bytes
+}
 
 func (ps *places[T]) count() int {
 	ps.mu.Lock()

@@ -216,3 +216,40 @@ func TestHandoffReturnedPlace(t *testing.T) {
 	w.Return()
 	require.Equal(t, 0, h.IdleLoops())
 }
+
+// An end goes to every wait for its instance, of its tenant, that came
+// before it, within the bound of the bytes the waits hold; a wait that
+// left holds nothing.
+func TestEndsGoToTheirWaitsWithinBounds(t *testing.T) {
+	t.Parallel()
+	h := NewHandoff(0)
+	h.ends.max = 10
+	first, second, other := h.AwaitEnd("t", "a"), h.AwaitEnd("t", "a"), h.AwaitEnd("u", "a")
+	in := &store.Instance{TenantID: "t", InstanceID: "a", Output: []byte("12345")}
+	h.Ended(in)
+	late := h.AwaitEnd("t", "a")
+	require.Same(t, in, first.Instance())
+	require.Same(t, in, second.Instance())
+	require.Nil(t, other.Instance(), "an end is its tenant's")
+	require.Nil(t, late.Instance(), "a wait gets the ends that come after it")
+	waits, bytes := h.EndWaits()
+	require.Equal(t, 4, waits)
+	require.Equal(t, 10, bytes)
+
+	// Past the bound, a wait gets nothing: it reads.
+	h.Ended(&store.Instance{TenantID: "u", InstanceID: "a", Input: []byte("x")})
+	require.Nil(t, other.Instance())
+	first.Leave()
+	first.Leave()
+	h.Ended(&store.Instance{TenantID: "u", InstanceID: "a", Input: []byte("x")})
+	require.NotNil(t, other.Instance(), "a wait that left freed its bytes")
+
+	for _, w := range []*EndWait{second, other, late} {
+		w.Leave()
+	}
+	waits, bytes = h.EndWaits()
+	require.Zero(t, waits+bytes)
+	var none *Handoff
+	require.Nil(t, none.AwaitEnd("t", "a").Instance())
+	none.Ended(in)
+}

@@ -420,6 +420,36 @@ type AckOrchestrationItemParams struct {
 	// instance (timers) and that will never matter now: queued messages of
 	// the instance equal to one of them (kind and payload) are deleted.
 	WithdrawMessages []Message
+	// Acked is set by the call: once the turn's ack committed, what it
+	// wrote to the instance's row beyond the turn's decision; nil when it
+	// did not commit, or the lease was lost.
+	Acked *AckedInstance
+}
+
+// AckedInstance is what a turn's ack wrote to its instance's row that the
+// turn did not decide: with the instance as its turn was fetched and the
+// turn's own outcome, the instance as a read right after the ack returns
+// it (name, version, parent, input, tags and retention do not change).
+type AckedInstance struct {
+	UpdatedAt, CompletedAt     time.Time
+	ExecutionCount, EventCount int64
+}
+
+// AckedInstance returns the instance as p's committed ack left it, from
+// the instance as p's turn was fetched; false when the ack did not commit
+// (Acked is nil).
+func (p *AckOrchestrationItemParams) AckedInstance(fetched Instance) (Instance, bool) {
+	if p.Acked == nil {
+		return Instance{}, false
+	}
+	in := fetched
+	in.Status, in.CurrentExecutionID, in.Output, in.Error = p.Status, p.ExecutionID, p.Output, p.Error
+	if next := p.ContinueAsNew; next != nil {
+		in.Status, in.CurrentExecutionID, in.Input, in.Output, in.Error = StatusRunning, p.ExecutionID+1, next.Input, nil, ""
+	}
+	in.UpdatedAt, in.CompletedAt = p.Acked.UpdatedAt, p.Acked.CompletedAt
+	in.ExecutionCount, in.EventCount = p.Acked.ExecutionCount, p.Acked.EventCount
+	return in, true
 }
 
 // ContinueAsNew describes the next execution of a continue-as-new chain.

@@ -229,15 +229,15 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 	deadline := longPollDeadline(ctx, req.Msg.Timeout)
 	var in *store.Instance
 	tenant := tenantOf(ctx).TenantID
-	// A wait for an instance this server started takes the subscription
-	// its start made: without a hint in it, the instance has not ended,
-	// and the first read waits for the hint (or the first poll interval).
-	sub := c.s.ends.take(tenant, req.Msg.InstanceId)
-	unread := sub != nil
-	if sub == nil {
-		sub = c.s.notifier.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenant, Key: req.Msg.InstanceId})
+	// A wait for an instance this server started takes the watch its
+	// start made: without a hint in it, the instance has not ended, and the
+	// first read waits for the hint (or the first poll interval).
+	watch := c.s.ends.take(tenant, req.Msg.InstanceId)
+	unread := watch != nil
+	if watch == nil {
+		watch = watchEnd(c.s.notifier, c.s.handoff, tenant, req.Msg.InstanceId)
 	}
-	defer sub.Close()
+	defer watch.close()
 	// The end comes with a hint when hints reach the API: the polls are
 	// for a lost one.
 	first := c.s.cfg.MinPoll
@@ -245,6 +245,12 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 		first = c.s.cfg.MaxPoll
 	}
 	read := func() (bool, error) {
+		// An end handed over by this process's dispatcher is the instance
+		// as a read would return it.
+		if got := watch.end.Instance(); got != nil {
+			in = got
+			return true, nil
+		}
 		c.s.longPollQueries.Add(1)
 		got, err := c.getInstance(ctx, req.Msg.InstanceId)
 		if err != nil {
@@ -253,10 +259,12 @@ func (c *clientService) WaitForCompletion(ctx context.Context, req *connect.Requ
 		in = got
 		return in.Status.Terminal(), nil
 	}
-	done, err := c.s.pollUntil(ctx, deadline, sub.C, nil, first, func() (bool, error) {
+	done, err := c.s.pollUntil(ctx, deadline, watch.sub.C, nil, first, func() (bool, error) {
 		if unread {
 			unread = false
-			return false, nil
+			if watch.end.Instance() == nil {
+				return false, nil
+			}
 		}
 		return read()
 	})

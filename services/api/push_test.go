@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/orchardhq/orchard/internal/testsystem"
@@ -156,6 +157,79 @@ func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
 	require.Zero(t, handoff.Waiting())
 
 	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
+}
+
+// With the dispatcher of its process sharing a Handoff, a
+// WaitForCompletion gets its instance as the ack that ended it left it,
+// and answers without reading it: whether it waited when the end came, or
+// came after the end to the watch its start kept. The answer is the
+// instance a read returns (counted, not timed: every poll interval is an
+// hour). A wait whose watch was not kept from the start (a second wait)
+// reads, as without a Handoff.
+func TestAWaitGetsItsInstanceHandedOver(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.Hinted, c.MinPoll, c.MaxPoll = hints, handoff, true, time.Hour, time.Hour
+	})
+	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	startAndPoll := func(id string) string {
+		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id,
+			Input: []byte(`7`), Tags: map[string]string{"team": "a"}, Retention: durationpb.New(time.Hour)}))
+		require.NoError(t, err)
+		task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+		require.NoError(t, err)
+		require.Len(t, task.Msg.Tasks, 1)
+		return task.Msg.Tasks[0].TaskToken
+	}
+	waitFor := func(id string) func(string) *connect.Response[orchardv1.WaitForCompletionResponse] {
+		return inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+			return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
+		})
+	}
+	complete := func(token string) {
+		_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: []byte(`8`)}))
+		require.NoError(t, err)
+	}
+	asRead := func(w *connect.Response[orchardv1.WaitForCompletionResponse]) {
+		t.Helper()
+		require.True(t, w.Msg.Done)
+		read, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: w.Msg.Instance.InstanceId}))
+		require.NoError(t, err)
+		require.Equal(t, `8`, string(w.Msg.Instance.Output))
+		require.True(t, proto.Equal(read.Msg.Instance, w.Msg.Instance), "answered %v, read %v", w.Msg.Instance, read.Msg.Instance)
+	}
+
+	// Waiting when the end came.
+	token := startAndPoll("e")
+	queriesBefore := e.API.LongPollQueries()
+	wait := waitFor("e")
+	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
+	complete(token)
+	w := wait("the instance's end did not reach WaitForCompletion")
+	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read its instance")
+	asRead(w)
+
+	// Ended before its wait came: the start's watch holds the instance.
+	complete(startAndPoll("f"))
+	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
+		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
+		require.NoError(t, err)
+		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
+	})
+	queriesBefore = e.API.LongPollQueries()
+	w = waitFor("f")("a wait for an instance that ended before it did not answer")
+	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read its instance")
+	asRead(w)
+
+	// A second wait has no watch of the start: it reads.
+	w = waitFor("f")("a second wait did not answer")
+	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
+	asRead(w)
+	waits, bytes := handoff.EndWaits()
+	require.Zero(t, waits+bytes, "the waits let go of their instances")
 }
 
 // A poll that starts while its queue is known empty (a query found it so,

@@ -216,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 		handoff:  cfg.Handoff,
 	}
 	if cfg.Hinted {
-		s.ends = newEndWatches(cfg.Notifier, endWatchTTL, maxEndWatch)
+		s.ends = newEndWatches(cfg.Notifier, cfg.Handoff, endWatchTTL, maxEndWatch)
 	}
 	// The caller's trace context is trusted: a tenant's spans and ours make
 	// one trace, which is what the tenant's operators want to follow.

@@ -188,8 +188,15 @@ func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns 
 			d.endTurn(ctx, t, string(t.ack.Status), nil)
 			// At each continue-as-new, and when a chain ends (which also
 			// catches up a prune that failed on the way).
+			pruned := false
 			if t.ack.Status == store.StatusContinuedAsNew || (t.ack.Status.Terminal() && t.ack.ExecutionID > 1) {
-				d.autoPrune(ctx, it)
+				pruned = d.autoPrune(ctx, it)
+			}
+			// An end that a prune did not touch since is handed to the
+			// WaitForCompletion calls of this process as the ack left it:
+			// they need not read it.
+			if in, ok := t.ack.AckedInstance(it.Instance); ok && in.Status.Terminal() && !pruned {
+				d.cfg.Handoff.Ended(&in)
 			}
 		}
 	}
@@ -788,11 +795,12 @@ func (d *Dispatcher) childStart(ctx context.Context, tenant, parent string, exec
 // the fetch read it (so that a rule set before a generation's turn applies
 // to it), when it asks for it: keep the last N. It runs after the ack, in the
 // store's bounded prune; a failure is logged and left to the next
-// continue-as-new, the chain's end, or the janitor.
-func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) {
+// continue-as-new, the chain's end, or the janitor. It reports whether it
+// tried.
+func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) bool {
 	keep, ok := it.Retention.Chain.AutoPrunes()
 	if !ok {
-		return
+		return false
 	}
 	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
 	res, err := d.cfg.Store.PruneExecutions(ctx, &store.PruneExecutionsParams{
@@ -800,11 +808,12 @@ func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem)
 	})
 	if err != nil {
 		d.log.Warn("auto-prune failed", "tenant", tenant, "instance", id, "error", err)
-		return
+		return true
 	}
 	if res.ExecutionsDeleted > 0 {
 		d.log.Debug("auto-pruned", "tenant", tenant, "instance", id, "executions", res.ExecutionsDeleted, "events", res.EventsDeleted)
 	}
+	return true
 }
 
 // storeStatus is how the store keeps each status a turn decides.

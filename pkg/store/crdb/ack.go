@@ -148,7 +148,7 @@ func (s *Store) ackTurns(ctx context.Context, turns []*store.AckOrchestrationIte
 		})
 	}
 	now := s.now()
-	held := map[int]bool{}
+	held := map[int]*store.AckedInstance{}
 	// Statements each tenant's ack queues before its AckRelease, and after.
 	before, after := make([]int, len(tenants)), make([]int, len(tenants))
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
@@ -177,7 +177,7 @@ func (s *Store) ackTurns(ctx context.Context, turns []*store.AckOrchestrationIte
 	}
 	results := make([]error, len(turns))
 	for i, t := range turns {
-		if !held[i] {
+		if t.Acked = held[i]; t.Acked == nil {
 			results[i] = leaseLost(t.Lease)
 		}
 	}
@@ -185,8 +185,8 @@ func (s *Store) ackTurns(ctx context.Context, turns []*store.AckOrchestrationIte
 }
 
 // readAck reads the results of what queueAck queued for one tenant: the
-// instances whose turns held.
-func readAck(br pgx.BatchResults, before, after int) (map[string]bool, error) {
+// instances whose turns held, with what their acks wrote.
+func readAck(br pgx.BatchResults, before, after int) (map[string]*store.AckedInstance, error) {
 	for range before {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
@@ -196,7 +196,16 @@ func readAck(br pgx.BatchResults, before, after int) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ok := map[string]*store.AckedInstance{}
+	var id string
+	var updatedAt int64
+	var completedAt *int64
+	var executions, events int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &updatedAt, &completedAt, &executions, &events}, func() error {
+		ok[id] = &store.AckedInstance{UpdatedAt: fromMillis(updatedAt), CompletedAt: fromNullMillis(completedAt),
+			ExecutionCount: executions, EventCount: events}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -204,10 +213,6 @@ func readAck(br pgx.BatchResults, before, after int) (map[string]bool, error) {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
-	}
-	ok := make(map[string]bool, len(done))
-	for _, id := range done {
-		ok[id] = true
 	}
 	return ok, nil
 }

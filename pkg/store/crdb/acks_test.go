@@ -185,3 +185,36 @@ func TestAFailingAckFailsItsCallAlone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.StatusCompleted, inst.Status)
 }
+
+// A committed ack reports what it wrote to its instance's row, and with
+// the instance as its turn was fetched that is the instance a read returns
+// right after: a turn that goes on, one that ends its instance, and one
+// that continues as new. A turn whose lease was lost reports nothing.
+func TestAnAckReportsWhatItWrote(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 4), Options{})
+	ctx := t.Context()
+	goesOn, ends := leaseNew(t, s, "acme", "a"), leaseNew(t, s, "acme", "b")
+	continues, lost := leaseNew(t, s, "acme", "c"), leaseNew(t, s, "acme", "d")
+	next := firstTurn(continues, false)
+	next.Status = store.StatusContinuedAsNew
+	next.ContinueAsNew = &store.ContinueAsNew{Input: []byte(`"again"`), Start: store.Message{Kind: "start"}}
+	stolen := firstTurn(lost, true)
+	stolen.Lease.Token = "00000000-0000-4000-8000-000000000000"
+	turns := []*store.AckOrchestrationItemParams{firstTurn(goesOn, false), firstTurn(ends, true), next, stolen}
+	results, err := s.AckOrchestrationItems(ctx, &store.AckOrchestrationItemsParams{Turns: turns})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil, nil, nil}, results[:3])
+	require.ErrorIs(t, results[3], store.ErrLeaseLost)
+	for i, item := range []*store.OrchestrationItem{goesOn, ends, continues} {
+		acked, ok := turns[i].AckedInstance(item.Instance)
+		require.True(t, ok, item.Lease.InstanceID)
+		read, err := s.GetInstance(ctx, &store.GetInstanceParams{TenantID: "acme", InstanceID: item.Lease.InstanceID})
+		require.NoError(t, err)
+		require.Equal(t, *read, acked, item.Lease.InstanceID)
+	}
+	require.False(t, turns[1].Acked.CompletedAt.IsZero())
+	require.Nil(t, turns[3].Acked)
+	_, ok := turns[3].AckedInstance(lost.Instance)
+	require.False(t, ok)
+}

@@ -23,7 +23,8 @@ import (
 
 // waitForLockWait waits until a statement of the store waits for a row
 // lock that the test holds, so that a test can stage an interleaving: the
-// statement contains fragment and the row is in table. PostgreSQL shows
+// statement contains fragment (within its first 1024 bytes, which is all
+// pg_stat_activity shows of it) and the row is in table. PostgreSQL shows
 // the waiting statement in pg_stat_activity; CockroachDB shows the waiting
 // request in crdb_internal.cluster_locks (not run here: no CockroachDB on
 // this machine).
@@ -74,7 +75,7 @@ func TestReleaseKeepsMessageEnqueuedDuringIt(t *testing.T) {
 		acked <- s.AckOrchestrationItem(context.WithoutCancel(ctx), &store.AckOrchestrationItemParams{
 			Lease: item.Lease, ExecutionID: 1, MessageIDs: []string{item.Messages[0].ID}, Status: store.StatusRunning})
 	}()
-	waitForLockWait(t, s, "lease AS (", "instance_leases")
+	waitForLockWait(t, s, "The last statement but AckDropEnded", "instance_leases")
 	require.NoError(t, tx.Commit(ctx))
 	require.NoError(t, <-acked)
 

@@ -114,13 +114,14 @@ func (s *Store) commitHeld(ctx context.Context, conn interface {
 	}
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
+	var wrote *store.AckedInstance
 	err = func() error {
 		if acked {
 			ok, err := readAck(br, before, after)
 			if err != nil {
 				return err
 			}
-			if !ok[ack.Lease.InstanceID] {
+			if wrote = ok[ack.Lease.InstanceID]; wrote == nil {
 				result = leaseLost(ack.Lease)
 			}
 		}
@@ -129,6 +130,9 @@ func (s *Store) commitHeld(ctx context.Context, conn interface {
 	}()
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
+	}
+	if acked && err == nil {
+		ack.Acked = wrote
 	}
 	return acked, result, err
 }

@@ -268,9 +268,9 @@ WHERE c.parent IN (SELECT instance_id FROM turn) AND c.instance_id NOT IN (SELEC
 -- The last statement but AckDropEnded: releases the leases and writes the
 -- turns' own rows, conditioned on the release (or, for a turn that ends
 -- its instance, on its lease) and on the instance (still there, not being
--- deleted, on this execution); it returns the instance ids of the turns
--- that held. A turn that only consumes messages sent to an execution
--- already ended keeps its completion time.
+-- deleted, on this execution); it returns the turns that held, with what
+-- it set in their instances. A turn that only consumes messages sent to
+-- an execution already ended keeps its completion time.
 WITH t AS (
 	SELECT * FROM unnest(@turn_instance_ids::TEXT[], @turn_tokens::UUID[], @turn_execution_ids::INT8[],
 		@turn_statuses::TEXT[], @turn_outputs::BYTEA[], @turn_errors::TEXT[], @turn_completed_at::INT8[],
@@ -325,7 +325,7 @@ WITH t AS (
 	WHERE i.tenant_id = @tenant_id AND i.instance_id = ANY(@turn_instance_ids::TEXT[])
 		AND i.instance_id = t.instance_id AND i.current_execution_id = t.execution_id
 		AND NOT i.deleting AND i.instance_id IN (SELECT instance_id FROM held)
-	RETURNING i.instance_id, i.status, i.execution_count
+	RETURNING i.instance_id, i.status, i.execution_count, i.event_count, i.updated_at, i.completed_at
 ), prev AS (
 	-- The statement's snapshot: the statuses before this ack.
 	SELECT p.instance_id, p.status FROM instances p WHERE p.tenant_id = @tenant_id AND p.instance_id = ANY(@turn_instance_ids::TEXT[])
@@ -371,7 +371,7 @@ WITH t AS (
 		AND t.instance_id IN (SELECT instance_id FROM instance)
 	RETURNING 1
 )
-SELECT instance_id FROM instance;
+SELECT instance_id, updated_at, completed_at, execution_count, event_count FROM instance;
 
 -- name: AckDropEnded
 -- Follows AckRelease when turns end their instances (Completed, Failed,
