@@ -235,3 +235,50 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 	require.Equal(t, int64(3), d.Stats().Held, "a suspect's turn counted as held in the write")
 	require.Equal(t, []string{"execution_started", "activity_scheduled", "event_received", "activity_completed", "execution_completed"}, s.history("suspect", 1))
 }
+
+// An ack that ends its instance hands the instance to the waits for its
+// end (notify.Handoff.AwaitEnd) before the end's hint, as a read right
+// after returns it. An end whose chain the dispatcher prunes right after
+// (which changes the instance's counters) is not handed over: its waits
+// read.
+func TestAnEndIsHandedToItsWaits(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, `
+name: counter
+version: 1
+steps:
+  - if: ${ input.n < 3 }
+    continue_as_new: { input: { n: "${ input.n + 1 }" } }
+  - return: ${ input.n }
+`)
+	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &store.RetentionPolicy{
+		Default: store.Retention{Chain: store.ChainRetention{KeepLast: 1, AutoPrune: new(true)}}}})
+	require.NoError(t, err)
+	handoff, hints := notify.NewHandoff(0), notify.NewLocal()
+	waits, ends := map[string]*notify.EndWait{}, map[string]*notify.Subscription{}
+	for _, id := range []string{"kept", "pruned"} {
+		waits[id] = handoff.AwaitEnd(tenant, id)
+		defer waits[id].Leave()
+		ends[id] = hints.Subscribe(notify.Topic{Kind: notify.Ended, TenantID: tenant, Key: id})
+		defer ends[id].Close()
+	}
+	s.handoffSystem(handoff, hints, nil)
+	s.start("kept", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{AutoPrune: new(false)}})
+	s.start("pruned", "counter", map[string]any{"n": 1}, nil)
+	for id, sub := range ends {
+		select {
+		case <-sub.C:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no hint of %s's end", id)
+		}
+	}
+
+	got := waits["kept"].Instance()
+	require.NotNil(t, got, "the end was not handed over")
+	read := s.waitDone("kept")
+	require.Equal(t, *read, *got)
+	require.Equal(t, "3", string(got.Output))
+	require.Equal(t, int64(3), got.ExecutionCount)
+	require.Nil(t, waits["pruned"].Instance(), "an end pruned after its ack was handed over")
+	require.Equal(t, int64(1), s.waitDone("pruned").ExecutionCount)
+}
