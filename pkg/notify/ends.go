@@ -100,16 +100,5 @@ func (w *EndWait) Leave() {
 	}
 	w.gone = true
 	e.bytes -= w.size
-	waits := e.waits[w.key]
-	for i, o := range waits {
-		if o == w {
-			waits = append(waits[:i:i], waits[i+1:]...)
-			break
-		}
-	}
-	if len(waits) == 0 {
-		delete(e.waits, w.key)
-	} else {
-		e.waits[w.key] = waits
-	}
+	removeFrom(e.waits, w.key, w)
 }

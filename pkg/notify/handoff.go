@@ -391,20 +391,7 @@ func (w *Place[T]) Deliver(items []T) (unwanted []T) {
 }
 
 // remove takes w out of the waiting places. ps.mu is held.
-func (ps *places[T]) remove(w *Place[T]) {
-	waits := ps.waiting[w.key]
-	for i, o := range waits {
-		if o == w {
-			waits = append(waits[:i:i], waits[i+1:]...)
-			break
-		}
-	}
-	if len(waits) == 0 {
-		delete(ps.waiting, w.key)
-	} else {
-		ps.waiting[w.key] = waits
-	}
-}
+func (ps *places[T]) remove(w *Place[T]) { removeFrom(ps.waiting, w.key, w) }
 
 // Waiting is the number of poll places offered, for tests and metrics.
 func (h *Handoff) Waiting() int { return h.tasks.count() }

@@ -19,6 +19,7 @@ package notify
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -118,18 +119,8 @@ func (l *Local) Subscribe(t Topic) *Subscription {
 func (l *Local) unsubscribe(s *Subscription) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	subs := l.subs[s.topic]
-	for i, o := range subs {
-		if o == s {
-			subs = append(subs[:i:i], subs[i+1:]...)
-			break
-		}
-	}
-	if len(subs) == 0 {
-		delete(l.subs, s.topic)
+	if removeFrom(l.subs, s.topic, s) {
 		delete(l.next, s.topic)
-	} else {
-		l.subs[s.topic] = subs
 	}
 	select {
 	case <-s.c:
@@ -255,4 +246,20 @@ func fold(batch []Topic) []counted {
 		}
 	}
 	return out
+}
+
+// removeFrom takes v out of the values of k in m (into a new slice: the
+// old one may still be read), and k out of m when none is left, which it
+// reports.
+func removeFrom[K, V comparable](m map[K][]V, k K, v V) (emptied bool) {
+	vs := m[k]
+	if i := slices.Index(vs, v); i >= 0 {
+		vs = append(vs[:i:i], vs[i+1:]...)
+	}
+	if len(vs) == 0 {
+		delete(m, k)
+		return true
+	}
+	m[k] = vs
+	return false
 }
