@@ -73,33 +73,19 @@ func TestHintedWaitForCompletionReads(t *testing.T) {
 	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
 	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
 	ctx := t.Context()
-	startAndPoll := func(id string) string {
-		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id, Input: []byte(`7`)}))
-		require.NoError(t, err)
-		task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
-		require.NoError(t, err)
-		require.Len(t, task.Msg.Tasks, 1)
-		return task.Msg.Tasks[0].TaskToken
-	}
-	waitFor := func(id string) func(string) *connect.Response[orchardv1.WaitForCompletionResponse] {
-		return inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
-			return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
-		})
-	}
-	complete := func(token string) {
-		_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: []byte(`8`)}))
-		require.NoError(t, err)
+	echo := func(id string) *orchardv1.StartOrchestrationRequest {
+		return &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id, Input: []byte(`7`)}
 	}
 
 	// Started here, still running: no read until the hint.
-	token := startAndPoll("e")
+	token := startAndPoll(t, c, echo("e"))
 	require.Equal(t, 1, e.API.EndWatches())
 	queriesBefore := e.API.LongPollQueries()
-	wait := waitFor("e")
+	wait := waitFor(t, c, "e")
 	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
 	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read before the hint")
 	require.Zero(t, e.API.EndWatches(), "the wait took its start's subscription")
-	complete(token)
+	complete(t, c, token)
 	w := wait("the instance's end did not reach WaitForCompletion")
 	require.True(t, w.Msg.Done)
 	require.Equal(t, `8`, string(w.Msg.Instance.Output))
@@ -107,19 +93,19 @@ func TestHintedWaitForCompletionReads(t *testing.T) {
 
 	// No subscription of a start left (a second wait): a read at the start.
 	queriesBefore = e.API.LongPollQueries()
-	w = waitFor("e")("a wait for an ended instance did not answer")
+	w = waitFor(t, c, "e")("a wait for an ended instance did not answer")
 	require.True(t, w.Msg.Done)
 	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
 
 	// Ended before its wait came: the start's subscription holds the hint.
-	complete(startAndPoll("f"))
+	complete(t, c, startAndPoll(t, c, echo("f")))
 	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
 		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
 		require.NoError(t, err)
 		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
 	})
 	queriesBefore = e.API.LongPollQueries()
-	w = waitFor("f")("a wait for an instance that ended before it did not answer")
+	w = waitFor(t, c, "f")("a wait for an instance that ended before it did not answer")
 	require.True(t, w.Msg.Done)
 	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
 	require.Zero(t, e.API.EndWatches())
@@ -175,23 +161,9 @@ func TestAWaitGetsItsInstanceHandedOver(t *testing.T) {
 	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
 	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
 	ctx := t.Context()
-	startAndPoll := func(id string) string {
-		_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id,
-			Input: []byte(`7`), Tags: map[string]string{"team": "a"}, Retention: durationpb.New(time.Hour)}))
-		require.NoError(t, err)
-		task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
-		require.NoError(t, err)
-		require.Len(t, task.Msg.Tasks, 1)
-		return task.Msg.Tasks[0].TaskToken
-	}
-	waitFor := func(id string) func(string) *connect.Response[orchardv1.WaitForCompletionResponse] {
-		return inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
-			return c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
-		})
-	}
-	complete := func(token string) {
-		_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: []byte(`8`)}))
-		require.NoError(t, err)
+	echo := func(id string) *orchardv1.StartOrchestrationRequest {
+		return &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id,
+			Input: []byte(`7`), Tags: map[string]string{"team": "a"}, Retention: durationpb.New(time.Hour)}
 	}
 	asRead := func(w *connect.Response[orchardv1.WaitForCompletionResponse]) {
 		t.Helper()
@@ -203,29 +175,29 @@ func TestAWaitGetsItsInstanceHandedOver(t *testing.T) {
 	}
 
 	// Waiting when the end came.
-	token := startAndPoll("e")
+	token := startAndPoll(t, c, echo("e"))
 	queriesBefore := e.API.LongPollQueries()
-	wait := waitFor("e")
+	wait := waitFor(t, c, "e")
 	testwait.Until(t, 30*time.Second, "WaitForCompletion to wait", func() bool { return e.API.ActiveLongPolls() == 1 })
-	complete(token)
+	complete(t, c, token)
 	w := wait("the instance's end did not reach WaitForCompletion")
 	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read its instance")
 	asRead(w)
 
 	// Ended before its wait came: the start's watch holds the instance.
-	complete(startAndPoll("f"))
+	complete(t, c, startAndPoll(t, c, echo("f")))
 	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
 		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
 		require.NoError(t, err)
 		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
 	})
 	queriesBefore = e.API.LongPollQueries()
-	w = waitFor("f")("a wait for an instance that ended before it did not answer")
+	w = waitFor(t, c, "f")("a wait for an instance that ended before it did not answer")
 	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read its instance")
 	asRead(w)
 
 	// A second wait has no watch of the start: it reads.
-	w = waitFor("f")("a second wait did not answer")
+	w = waitFor(t, c, "f")("a second wait did not answer")
 	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
 	asRead(w)
 	waits, bytes := handoff.EndWaits()
@@ -289,13 +261,37 @@ func TestAPollOfAQueueKnownEmptyWaitsFirst(t *testing.T) {
 // waits for the instance to end with that output.
 func completeAndAwait(t *testing.T, c *clients, taskToken, id string) {
 	t.Helper()
-	ctx := t.Context()
-	_, err := c.worker.CompleteActivityTask(ctx, req(&orchardv1.CompleteActivityTaskRequest{TaskToken: taskToken, Result: []byte(`8`)}))
-	require.NoError(t, err)
-	w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
-	require.NoError(t, err)
+	complete(t, c, taskToken)
+	w := waitFor(t, c, id)("the instance's end did not reach WaitForCompletion")
 	require.True(t, w.Msg.Done)
 	require.Equal(t, `8`, string(w.Msg.Instance.Output))
+}
+
+// startAndPoll makes the start of an echo instance and polls its task
+// (queue q); it returns the task's token.
+func startAndPoll(t *testing.T, c *clients, start *orchardv1.StartOrchestrationRequest) string {
+	t.Helper()
+	ctx := t.Context()
+	_, err := c.client.StartOrchestration(ctx, req(start))
+	require.NoError(t, err)
+	task, err := c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	require.NoError(t, err)
+	require.Len(t, task.Msg.Tasks, 1)
+	return task.Msg.Tasks[0].TaskToken
+}
+
+// waitFor waits for the end of instance id in the background (inBackground).
+func waitFor(t *testing.T, c *clients, id string) func(what string) *connect.Response[orchardv1.WaitForCompletionResponse] {
+	return inBackground(t, func() (*connect.Response[orchardv1.WaitForCompletionResponse], error) {
+		return c.client.WaitForCompletion(t.Context(), req(&orchardv1.WaitForCompletionRequest{InstanceId: id, Timeout: durationpb.New(time.Minute)}))
+	})
+}
+
+// complete completes a task with the result 8.
+func complete(t *testing.T, c *clients, token string) {
+	t.Helper()
+	_, err := c.worker.CompleteActivityTask(t.Context(), req(&orchardv1.CompleteActivityTaskRequest{TaskToken: token, Result: []byte(`8`)}))
+	require.NoError(t, err)
 }
 
 func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)) func(what string) *connect.Response[T] {
