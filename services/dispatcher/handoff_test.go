@@ -243,17 +243,8 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 // read.
 func TestAnEndIsHandedToItsWaits(t *testing.T) {
 	t.Parallel()
-	s := newSystem(t, `
-name: counter
-version: 1
-steps:
-  - if: ${ input.n < 3 }
-    continue_as_new: { input: { n: "${ input.n + 1 }" } }
-  - return: ${ input.n }
-`)
-	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &store.RetentionPolicy{
-		Default: store.Retention{Chain: store.ChainRetention{KeepLast: 1, AutoPrune: new(true)}}}})
-	require.NoError(t, err)
+	s := newSystem(t, counterDef)
+	s.autoPruneKeeping(1)
 	handoff, hints := notify.NewHandoff(0), notify.NewLocal()
 	waits, ends := map[string]*notify.EndWait{}, map[string]*notify.Subscription{}
 	for _, id := range []string{"kept", "pruned"} {
@@ -263,8 +254,8 @@ steps:
 		defer ends[id].Close()
 	}
 	s.handoffSystem(handoff, hints, nil)
-	s.start("kept", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{AutoPrune: new(false)}})
-	s.start("pruned", "counter", map[string]any{"n": 1}, nil)
+	s.start("kept", "counter", map[string]any{"n": 98}, &store.Retention{Chain: store.ChainRetention{AutoPrune: new(false)}})
+	s.start("pruned", "counter", map[string]any{"n": 98}, nil)
 	for id, sub := range ends {
 		select {
 		case <-sub.C:
@@ -277,7 +268,7 @@ steps:
 	require.NotNil(t, got, "the end was not handed over")
 	read := s.waitDone("kept")
 	require.Equal(t, *read, *got)
-	require.Equal(t, "3", string(got.Output))
+	require.Equal(t, "100", string(got.Output))
 	require.Equal(t, int64(3), got.ExecutionCount)
 	require.Nil(t, waits["pruned"].Instance(), "an end pruned after its ack was handed over")
 	require.Equal(t, int64(1), s.waitDone("pruned").ExecutionCount)

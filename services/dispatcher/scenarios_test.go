@@ -240,23 +240,33 @@ steps:
 	require.Zero(t, usage.QueuedMessages)
 }
 
-// Continue-as-new chains of 100 generations under a tenant policy that
-// auto-prunes keeping 3: an instance whose own retention keeps 5 keeps 5,
-// one without keeps 3, one whose own retention turns auto-prune off keeps
-// all 100.
-func TestContinueAsNewAutoPrune(t *testing.T) {
-	t.Parallel()
-	s := newSystem(t, `
+// counterDef continues as new from its input n to 100, and returns 100.
+const counterDef = `
 name: counter
 version: 1
 steps:
   - if: ${ input.n < 100 }
     continue_as_new: { input: { n: "${ input.n + 1 }" } }
   - return: ${ input.n }
-`)
-	_, err := s.store.UpdateTenant(t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &store.RetentionPolicy{
-		Default: store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}}})
-	require.NoError(t, err)
+`
+
+// autoPruneKeeping sets the tenant's policy: chains are pruned as they
+// go, keeping the last keep executions.
+func (s *system) autoPruneKeeping(keep int) {
+	s.t.Helper()
+	_, err := s.store.UpdateTenant(s.t.Context(), &store.UpdateTenantParams{TenantID: tenant, Retention: &store.RetentionPolicy{
+		Default: store.Retention{Chain: store.ChainRetention{KeepLast: keep, AutoPrune: new(true)}}}})
+	require.NoError(s.t, err)
+}
+
+// Continue-as-new chains of 100 generations under a tenant policy that
+// auto-prunes keeping 3: an instance whose own retention keeps 5 keeps 5,
+// one without keeps 3, one whose own retention turns auto-prune off keeps
+// all 100.
+func TestContinueAsNewAutoPrune(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, counterDef)
+	s.autoPruneKeeping(3)
 	s.startDispatcher(s.dispatcher(dispatcher.Config{}))
 	s.start("pruned", "counter", map[string]any{"n": 1}, &store.Retention{Chain: store.ChainRetention{KeepLast: 5}})
 	s.start("by-policy", "counter", map[string]any{"n": 1}, nil)
