@@ -364,3 +364,48 @@ func TestAStartAndACompletionHandTheirInstanceToAnIdleLoop(t *testing.T) {
 	default:
 	}
 }
+
+// A start, and a task's completion, that find no loop idle (the test holds
+// the only loop's place) lease their instance in their batches for spare
+// turns the dispatcher lends, and the dispatcher runs the turns after the
+// commits: both turns of a one-activity orchestration run with no fetch
+// and no hint (counted, not timed: every poll interval is an hour), and
+// the spare turns come back as the turns end.
+func TestWritesThatFindNoLoopIdleHandTheirInstanceToSpareTurns(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
+	defer orchestrations.Close()
+	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 })
+	busy := handoff.TakeIdle("acme")
+	require.NotNil(t, busy)
+	defer busy.Return()
+	before := d.Stats()
+
+	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+		return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	})
+	testwait.Until(t, 30*time.Second, "the worker's poll to offer its place", func() bool { return handoff.Waiting() == 1 })
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	p := poll("the scheduled task was not handed to the waiting poll")
+	require.Len(t, p.Msg.Tasks, 1)
+	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
+	testwait.Until(t, 30*time.Second, "the spare turns to come back", func() bool { return handoff.Lent() == 0 })
+
+	after := d.Stats()
+	require.Equal(t, int64(2), after.Turns-before.Turns)
+	require.Equal(t, int64(2), after.Held-before.Held, "turns run for spare turns")
+	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched an instance handed to a spare turn")
+	select {
+	case <-orchestrations.C:
+		t.Fatal("a hint was sent for an instance handed to a spare turn")
+	default:
+	}
+}

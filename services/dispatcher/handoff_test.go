@@ -273,3 +273,55 @@ func TestAnEndIsHandedToItsWaits(t *testing.T) {
 	require.Nil(t, waits["pruned"].Instance(), "an end pruned after its ack was handed over")
 	require.Equal(t, int64(1), s.waitDone("pruned").ExecutionCount)
 }
+
+// Instances that batched writes leased for the spare turns a dispatcher
+// lends run their turns as a fetched batch after the commit, and the spare
+// turns come back as the turns end. A stopped
+// dispatcher lends none, and lets go at once of the instances leased for
+// a spare turn lent before.
+func TestSpareTurnsRunTheInstancesLeasedForThem(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	handoff := notify.NewHandoff(0)
+	d := s.dispatcher(dispatcher.Config{Handoff: handoff, Loops: 1})
+	s.startDispatcher(d)
+	ctx := t.Context()
+	start := func(id string, spare *notify.SpareTurn) *store.EagerLease {
+		t.Helper()
+		kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: []byte(`7`)})
+		require.NoError(t, err)
+		e := spare.Eager(uuid.NewString())
+		_, err = s.store.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: tenant, InstanceID: id, Name: "one",
+			Version: "1", Input: []byte(`7`), Start: store.Message{Kind: kind, Payload: payload}, Eager: e})
+		require.NoError(t, err)
+		return e
+	}
+
+	spare := handoff.Borrow(tenant)
+	require.NotNil(t, spare, "the dispatcher lent no spare turn")
+	left := handoff.Borrow(tenant)
+	require.NotNil(t, left)
+	require.True(t, start("spare", spare).Held, "the start's instance was not leased for its spare turn")
+	testwait.Until(t, time.Minute, "the spare turn to come back", func() bool { return handoff.Lent() == 1 })
+	require.Equal(t, []string{"execution_started", "activity_scheduled"}, s.history("spare", 1), "the first turn did not run")
+	// The one turn was the spare turn's (the loop polls, and finds
+	// nothing: the instance is leased).
+	st := d.Stats()
+	require.Equal(t, int64(1), st.Held)
+	require.Equal(t, int64(1), st.Turns)
+
+	s.stopDispatcher(d)
+	require.Nil(t, handoff.Borrow(tenant), "a stopped dispatcher lent a spare turn")
+	require.True(t, start("late", left).Held)
+	// (A withdrawn lender's spare turns no longer count: Lent says nothing
+	// of this one.)
+	var item *store.OrchestrationItem
+	testwait.Until(t, time.Minute, "the instance leased for a stopped dispatcher to be let go", func() bool {
+		var err error
+		item, err = s.store.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute})
+		require.NoError(t, err)
+		return item != nil
+	})
+	require.Equal(t, "late", item.Lease.InstanceID)
+	require.Empty(t, item.History, "a stopped dispatcher ran a turn")
+}

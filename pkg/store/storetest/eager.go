@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,4 +154,137 @@ func testEagerCompletion(t *testing.T, h *harness) {
 	e, r = eager()
 	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e}))
 	require.Nil(t, r.item)
+}
+
+// runner is a store.LeasedRunner that records the instances it gets: as
+// items, or as leases it reads when asked (got).
+type runner struct {
+	s      store.Store
+	mu     sync.Mutex
+	items  []*store.OrchestrationItem
+	unread []store.OrchestrationLease
+}
+
+func (r *runner) RunLeased(_ context.Context, items []*store.OrchestrationItem, unread []store.OrchestrationLease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.items = append(r.items, items...)
+	r.unread = append(r.unread, unread...)
+}
+
+// got returns what the runner got, the leases read, and forgets it.
+func (r *runner) got(t *testing.T) []*store.OrchestrationItem {
+	t.Helper()
+	r.mu.Lock()
+	items, unread := r.items, r.unread
+	r.items, r.unread = nil, nil
+	r.mu.Unlock()
+	read, err := r.s.ReadLeased(t.Context(), unread)
+	require.NoError(t, err)
+	require.Len(t, read, len(unread), "a lease handed over read nothing")
+	return append(items, read...)
+}
+
+// ran returns an EagerLease whose instance goes to r.
+func ran(r *runner) *store.EagerLease {
+	return &store.EagerLease{Token: uuid.NewString(), Duration: lease, Runner: r}
+}
+
+// testRunnerStart: a start whose eager lease has a runner leases its
+// instance in its batch, and the runner gets it before the start returns,
+// as a claim would have returned it; a start refused, or with no runner
+// of its own, leases nothing for it.
+func testRunnerStart(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	policy := store.RetentionPolicy{Default: store.Retention{Chain: store.ChainRetention{KeepLast: 3, AutoPrune: new(true)}}}
+	_, err := h.s.UpdateTenant(h.ctx(), &store.UpdateTenantParams{TenantID: tenant, Retention: &policy})
+	require.NoError(t, err)
+	start := func(id string, e *store.EagerLease) error {
+		_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: id, Name: "order", Version: "1",
+			Input: []byte(`{"n":1}`), Tags: map[string]string{"team": "a"}, TraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+			Retention: &store.Retention{Completed: new(time.Hour)},
+			Start:     store.Message{Kind: kindStart, Payload: []byte(`{"input":{"n":1}}`)}, Eager: e,
+		})
+		return err
+	}
+	r := &runner{s: h.s}
+	e := ran(r)
+	require.NoError(t, start("order", e))
+	require.True(t, e.Held)
+	got := r.got(t)
+	require.Len(t, got, 1)
+	h.invariants()
+	item := h.requireLeasedAsAClaim(tenant, got[0])
+	h.ack(turn(item))
+
+	// One with nothing but its name: no input, tags, retention, payload.
+	e = ran(r)
+	_, err = h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{TenantID: tenant, InstanceID: "bare", Name: "bare",
+		Start: store.Message{Kind: kindStart}, Eager: e})
+	require.NoError(t, err)
+	got = r.got(t)
+	require.Len(t, got, 1)
+	h.ack(turn(h.requireLeasedAsAClaim(tenant, got[0])))
+
+	// Its lease is a claim's: acked, the start is consumed.
+	e = ran(r)
+	require.NoError(t, start("acked", e))
+	got = r.got(t)
+	require.Len(t, got, 1)
+	h.ack(turn(got[0]))
+	require.Nil(t, h.fetch(tenant), "an eager start's message came back after its ack")
+
+	// A start refused leases nothing.
+	e = ran(r)
+	require.ErrorIs(t, start("order", e), store.ErrAlreadyExists)
+	require.False(t, e.Held)
+	require.Empty(t, r.got(t))
+	h.invariants()
+}
+
+// testRunnerCompletion: a task's completion whose eager lease has a runner
+// leases its free instance, and the runner gets it as a claim would have
+// returned it; an instance leased already is left to its lease, with the
+// result queued for its next turn.
+func testRunnerCompletion(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	complete := func(w *store.WorkItem, e *store.EagerLease) error {
+		return h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e,
+			Result: &store.Message{Kind: kindDone, Payload: []byte(`{"paid":true}`)}})
+	}
+	h.scheduleActivities(tenant, "order", 2)
+	first, second := h.fetchWork(tenant), h.fetchWork(tenant)
+	r := &runner{s: h.s}
+	e := ran(r)
+	require.NoError(t, complete(first, e))
+	require.True(t, e.Held)
+	got := r.got(t)
+	require.Len(t, got, 1)
+	h.invariants()
+	item := h.requireLeasedAsAClaim(tenant, got[0])
+	require.Len(t, item.History, 3)
+
+	// The instance is leased (by the claim above): the second completion
+	// leases nothing, and its result waits for the turn after.
+	e = ran(r)
+	require.NoError(t, complete(second, e))
+	require.False(t, e.Held)
+	require.Empty(t, r.got(t))
+	h.ack(turn(item))
+	next := h.mustFetch(tenant, "order")
+	require.Len(t, next.Messages, 1)
+	h.ack(turn(next))
+
+	// A completion whose task lease was lost leases nothing.
+	h.scheduleActivities(tenant, "lost", 1)
+	w := h.fetchWork(tenant)
+	forged := *w
+	forged.Lease.Token = uuid.NewString()
+	e = ran(r)
+	require.ErrorIs(t, complete(&forged, e), store.ErrLeaseLost)
+	require.False(t, e.Held)
+	require.Empty(t, r.got(t))
+	require.Nil(t, h.fetch(tenant))
+	h.invariants()
 }

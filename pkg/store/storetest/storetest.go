@@ -53,6 +53,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartMaxRunning", testStartMaxRunning},
 		{"EagerStart", testEagerStart},
 		{"EagerCompletion", testEagerCompletion},
+		{"RunnerStart", testRunnerStart},
+		{"RunnerCompletion", testRunnerCompletion},
 		{"HeldStart", testHeldStart},
 		{"HeldCompletion", testHeldCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
