@@ -38,16 +38,14 @@ import (
 // (store.EagerLease): the write and the turn's ack commit together, with
 // no claim and no hint. It then gives the place back (Return), and the
 // loop never woke. A write that ran no turn (it leased nothing, or failed)
-// delivers an empty delivery instead, and the loop fetches. Writes that
-// come together use a dispatcher's spare turns instead (spare.go).
+// delivers an empty delivery instead, and the loop fetches.
 //
 // A Handoff also carries an instance's end, as the ack that ended it left
 // it, to the WaitForCompletion calls waiting for it (AwaitEnd, in ends.go).
 type Handoff struct {
-	tasks  places[*store.WorkItem]
-	loops  places[*store.OrchestrationItem]
-	spares spares
-	ends   ends
+	tasks places[*store.WorkItem]
+	loops places[*store.OrchestrationItem]
+	ends  ends
 
 	mu    sync.Mutex // guards news and epoch
 	quiet time.Duration

@@ -226,12 +226,6 @@ type Runtime interface {
 	// FetchOrchestrationItems leases up to Max instances of one tenant at
 	// once (one round trip), for dispatchers that run turns in batches.
 	FetchOrchestrationItems(ctx context.Context, p *FetchOrchestrationItemsParams) ([]*OrchestrationItem, error)
-	// ReadLeased reads what the turns of instances leased under one token
-	// need (leases, all of that token, as a batched write leased them for
-	// a runner: LeasedRunner), as FetchOrchestrationItems returns it after
-	// its claim; an instance with nothing for a turn is let go, as after a
-	// claim.
-	ReadLeased(ctx context.Context, leases []OrchestrationLease) ([]*OrchestrationItem, error)
 	// AckOrchestrationItems commits several turns in one transaction and
 	// one round trip. The result holds, for each turn, nil or ErrLeaseLost
 	// (that turn wrote nothing); an error for the whole call means nothing
@@ -292,32 +286,14 @@ type StartOrchestrationParams struct {
 // turn's ack commit together. It is only a chance: nothing is leased, and
 // no turn runs, when the instance is leased already.
 type EagerLease struct {
-	// Token and Duration are the lease's (a write that joins a batch is
-	// leased under the batch's token, for the shortest Duration in it).
+	// Token and Duration are the lease's.
 	Token    string
 	Duration time.Duration
 	// Hold runs the leased instance's turn inside the write's transaction.
 	Hold HeldTurn
 	// Held is set by the call when Hold's turn ran in the write's
-	// transaction, which committed: Hold.Done was called. With a Runner,
-	// it is set when the write's batch leased the instance for Runner.
+	// transaction, which committed: Hold.Done was called.
 	Held bool
-	// Runner, when set, replaces Hold: the write joins the batch of its
-	// kind and tenant (starts, completions), which leases the instance as
-	// a claim would, and after the batch commits Runner gets the instances
-	// leased so for it, to run their turns as a claim's items; the write
-	// returns at its commit.
-	Runner LeasedRunner
-}
-
-// A LeasedRunner runs the turns of instances leased for it by the batched
-// writes that made them due (EagerLease.Runner).
-type LeasedRunner interface {
-	// RunLeased gets the instances, leased as a claim leases them, after
-	// the commit and before the writes return: as items, or (unread) as
-	// leases whose items it reads itself (ReadLeased), on its own
-	// connections. It must not block: the batch's writes wait for it.
-	RunLeased(ctx context.Context, items []*OrchestrationItem, unread []OrchestrationLease)
 }
 
 // A HeldTurn is the turn of the instance an eager write leases, run before

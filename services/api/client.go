@@ -84,8 +84,8 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 		d := durationFrom(m.Retention)
 		p.Retention = &store.Retention{Completed: d, Failed: d, Cancelled: d}
 	}
-	turn := c.s.takeTurn(t.TenantID)
-	p.Eager = turn.lease
+	place := c.s.handoff.TakeIdle(t.TenantID)
+	p.Eager = eagerLease(place)
 	// Subscribed before the instance exists, so that no end is missed.
 	ended := c.s.ends.watch(t.TenantID, id)
 	res, err := c.s.store.StartOrchestration(ctx, p)
@@ -94,7 +94,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	} else {
 		c.s.ends.drop(ended)
 	}
-	if !turn.done() && err == nil {
+	if !c.s.handOver(place, p.Eager) && err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
 	}
 	if errors.Is(err, store.ErrTooManyRunning) {

@@ -181,9 +181,6 @@ type Server struct {
 	longPollQueries atomic.Int64
 	notifier        notify.Notifier
 	handoff         *notify.Handoff
-	// eagerWrites counts the writes that make an instance due in flight
-	// (takeTurn).
-	eagerWrites atomic.Int64
 	// ends: the starts' end watches, when Hinted; nil otherwise.
 	ends *endWatches
 

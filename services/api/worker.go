@@ -172,70 +172,42 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	if err != nil {
 		return err
 	}
-	turn := w.s.takeTurn(lease.TenantID)
+	place := w.s.handoff.TakeIdle(lease.TenantID)
 	p := &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
-		TraceContext: traceparent.Of(ctx), Eager: turn.lease}
+		TraceContext: traceparent.Of(ctx), Eager: eagerLease(place)}
 	err = w.s.store.AckWorkItem(ctx, p)
-	if !turn.done() && err == nil {
+	if !w.s.handOver(place, p.Eager) && err == nil {
 		w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
 	}
 	return err
 }
 
-// eagerTurn is the dispatcher's turn that a write making an instance due
-// takes (eager start and completion, see notify.Handoff): an idle loop's
-// place, whose turn the write runs in its own transaction; or a spare turn
-// of the dispatcher's, whose instance the write's batch leases and hands
-// to the dispatcher after its commit. Its lease is nil when the write runs
-// no turn.
-type eagerTurn struct {
-	s     *Server
-	place *notify.LoopPlace
-	spare *notify.SpareTurn
-	lease *store.EagerLease
+// eagerLease asks a write that makes an instance due to lease it and run
+// its turn in its own transaction, in the place of the idle dispatcher
+// loop whose place the API took (eager start and completion, see
+// notify.Handoff); nil without a place.
+func eagerLease(place *notify.LoopPlace) *store.EagerLease {
+	hold := place.Hold()
+	if hold == nil {
+		return nil
+	}
+	return &store.EagerLease{Token: uuid.NewString(), Duration: place.Lease(), Hold: hold}
 }
 
-// takeTurn takes a dispatcher's turn for a write of tenant's. A write alone
-// in flight takes an idle loop's place first: its turn's ack commits with
-// it, the least wait. Writes that come together take spare turns first:
-// their batches share statements and commits, where each would hold its
-// own transaction through its turn, the most work per orchestration.
-func (s *Server) takeTurn(tenant string) *eagerTurn {
-	t := &eagerTurn{s: s}
-	if s.eagerWrites.Add(1) == 1 {
-		t.place = s.handoff.TakeIdle(tenant)
+// handOver gives back the loop's place in which the write ran the turn
+// (e.Held), and says whether it did: then no hint is needed. A write that
+// ran no turn (it leased nothing, or failed) wakes the loop instead, to
+// fetch.
+func (s *Server) handOver(place *notify.LoopPlace, e *store.EagerLease) bool {
+	if place == nil {
+		return false
 	}
-	if t.place == nil {
-		t.spare = s.handoff.Borrow(tenant)
+	if e != nil && e.Held {
+		place.Return()
+		return true
 	}
-	switch {
-	case t.spare != nil:
-		t.lease = t.spare.Eager(uuid.NewString())
-	case t.place == nil:
-		t.place = s.handoff.TakeIdle(tenant)
-	}
-	if hold := t.place.Hold(); hold != nil {
-		t.lease = &store.EagerLease{Token: uuid.NewString(), Duration: t.place.Lease(), Hold: hold}
-	}
-	return t
-}
-
-// done ends the turn after its write, and says whether the write held it
-// (e.Held): then no hint is needed. A spare turn not held goes back. A
-// loop's place is given back, or, when the write ran no turn (it leased
-// nothing, or failed), woken to fetch.
-func (t *eagerTurn) done() bool {
-	t.s.eagerWrites.Add(-1)
-	held := t.lease != nil && t.lease.Held
-	switch {
-	case t.spare != nil && !held:
-		t.spare.Return()
-	case t.place != nil && held:
-		t.place.Return()
-	case t.place != nil:
-		t.place.Deliver(nil)
-	}
-	return held
+	place.Deliver(nil)
+	return false
 }
 
 func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.Request[orchardv1.CompleteActivityTaskRequest]) (*connect.Response[orchardv1.CompleteActivityTaskResponse], error) {

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,15 +76,8 @@ type Config struct {
 	// its task queue, leased to it, with no claim; and lets the API's
 	// starts and task completions that find a loop idle lease the instance
 	// they make due and run its turn in their own transaction, in the
-	// loop's place (Hold), or, when they come together, lease it in their
-	// batch for a spare turn of this dispatcher's, which runs it after the
-	// commit (runLeased; see notify.Handoff). Nil: none.
+	// loop's place (Hold; see notify.Handoff). Nil: none.
 	Handoff *notify.Handoff
-	// SpareTurns bounds the spare turns this dispatcher lends (see
-	// Handoff): the instances leased for it and not yet run to their ack,
-	// at most half of them one tenant's. Zero takes the default, Loops ×
-	// Batch (what the loops fetch in a round); negative lends none.
-	SpareTurns int
 	// Hinted says that a hint reaches Notifier for every message queued
 	// for an instance: the API runs in this process, or hints cross
 	// processes. A loop whose batch was not full then waits for a hint or
@@ -129,7 +121,6 @@ func (c *Config) withDefaults() error {
 	c.DefinitionCacheSize = cmp.Or(c.DefinitionCacheSize, 1024)
 	c.PolicyTTL = cmp.Or(c.PolicyTTL, 30*time.Second)
 	c.MaxTurnAttempts = cmp.Or(c.MaxTurnAttempts, 3)
-	c.SpareTurns = cmp.Or(c.SpareTurns, c.Loops*c.Batch)
 	if c.Loops < 0 || c.Batch < 0 || c.LeaseDuration < 0 || c.MinPoll < 0 || c.MaxPoll < c.MinPoll || c.MaxTurnAttempts < 0 || c.ZombieInterval < 0 {
 		return fmt.Errorf("dispatcher: invalid config (loops %d, batch %d, lease %s, poll %s..%s)",
 			c.Loops, c.Batch, c.LeaseDuration, c.MinPoll, c.MaxPoll)
@@ -168,10 +159,6 @@ type Dispatcher struct {
 	mu         sync.Mutex
 	started    bool
 	stopFetch  context.CancelFunc // ends the loops' fetching
-	withdraw   func()             // takes back the spare turns lent
-	turnCtx    context.Context    // the turns' (abortTurns ends it)
-	stopping   bool               // Stop began: spare turns no longer run
-	spareRuns  sync.WaitGroup     // the spare turns' batches running (runLeased)
 	abortTurns context.CancelFunc // ends turns in flight
 	loopsDone  sync.WaitGroup
 	stats      stats
@@ -186,9 +173,6 @@ type Dispatcher struct {
 	// hints counts the hints that came, so that a loop knows whether one
 	// came while it held its batch's leases (see loop).
 	hints atomic.Int64
-	// backlogged: the last fetch leased a full batch. The loops then
-	// fetch what comes in full batches, and lend no spare turns.
-	backlogged atomic.Bool
 	// fetching holds a value while a loop fetches: one fetch at a time
 	// (fetchAndRun).
 	fetching chan struct{}
@@ -228,8 +212,7 @@ type Stats struct {
 	// EmptyPollsByLoop is EmptyPolls for each loop.
 	EmptyPollsByLoop []int64
 	// Held is the number of turns run in an idle loop's place inside the
-	// write that made their instance due (Hold), or for a spare turn after
-	// that write's commit (runLeased).
+	// write that made their instance due (Hold).
 	Held int64
 }
 
@@ -264,11 +247,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	turnCtx, abortTurns := context.WithCancel(context.WithoutCancel(ctx))
 	fetchCtx, stopFetch := context.WithCancel(ctx)
-	d.stopFetch, d.abortTurns, d.turnCtx = stopFetch, abortTurns, turnCtx
+	d.stopFetch, d.abortTurns = stopFetch, abortTurns
 	context.AfterFunc(ctx, abortTurns)
-	d.withdraw = d.cfg.Handoff.Lend(d.cfg.TenantID, d.cfg.LeaseDuration, d.cfg.SpareTurns, d.cfg.SpareTurns/2, d.runLeased,
-		func() bool { return !d.backlogged.Load() })
-	context.AfterFunc(ctx, d.withdraw)
 	hints := d.cfg.Notifier.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: d.cfg.TenantID})
 	d.loopsDone.Add(1)
 	go func() {
@@ -307,12 +287,10 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		d.mu.Unlock()
 		return nil
 	}
-	d.stopping = true
 	d.mu.Unlock()
-	d.withdraw()
 	d.stopFetch()
 	done := make(chan struct{})
-	go func() { d.loopsDone.Wait(); d.spareRuns.Wait(); close(done) }()
+	go func() { d.loopsDone.Wait(); close(done) }()
 	defer d.policies.stop()
 	select {
 	case <-done:
@@ -454,7 +432,6 @@ func (d *Dispatcher) fetch(turnCtx context.Context, n int) ([]*store.Orchestrati
 		d.stats.emptyPolls.Add(1)
 		d.stats.loopEmptyPolls[n].Add(1)
 		d.metrics.emptyPolls.Add(ctx, 1)
-		d.backlogged.Store(false)
 		return nil, errNoWork
 	}
 	return items, nil
@@ -466,7 +443,6 @@ func (d *Dispatcher) run(fetchCtx, turnCtx context.Context, items []*store.Orche
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
 	more := len(items) == d.cfg.Batch
-	d.backlogged.Store(more)
 	if more {
 		d.wakeIdle()
 	}
@@ -476,55 +452,6 @@ func (d *Dispatcher) run(fetchCtx, turnCtx context.Context, items []*store.Orche
 		}
 	}
 	return more, d.runBatch(turnCtx, items)
-}
-
-// runLeased runs, as a fetched batch, the turns of instances that the
-// API's batched writes leased for the spare turns this dispatcher lends
-// (Handoff.Lend), in a goroutine of its own, reading first those it got
-// unread; done gives the spare turns back. Once Stop began, it lets go of
-// them instead.
-func (d *Dispatcher) runLeased(_ context.Context, items []*store.OrchestrationItem, unread []store.OrchestrationLease, done func()) {
-	d.mu.Lock()
-	stopping := d.stopping
-	if !stopping {
-		d.spareRuns.Add(1)
-	}
-	d.mu.Unlock()
-	go func() {
-		defer done()
-		leases := func() []store.OrchestrationLease {
-			all := slices.Clone(unread)
-			for _, it := range items {
-				all = append(all, it.Lease)
-			}
-			return all
-		}
-		if stopping {
-			d.letGo(leases())
-			return
-		}
-		defer d.spareRuns.Done()
-		d.stats.running.Add(1)
-		defer d.stats.running.Add(-1)
-		read, err := d.cfg.Store.ReadLeased(d.turnCtx, unread)
-		if err != nil {
-			d.log.Warn("spare turns: read failed", "error", err)
-			d.letGo(leases())
-			return
-		}
-		all := append(items, read...)
-		d.stats.held.Add(int64(len(all)))
-		if err := d.runBatch(d.turnCtx, all); err != nil {
-			d.log.Warn("spare turns failed", "error", err)
-		}
-	}()
-}
-
-// letGo releases leased instances whose turns will not run here.
-func (d *Dispatcher) letGo(leases []store.OrchestrationLease) {
-	for _, l := range leases {
-		d.abandon(d.turnCtx, &store.OrchestrationItem{Lease: l}, 0)
-	}
 }
 
 // failureBackoff spaces the attempts after consecutive failures:

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -12,14 +11,11 @@ import (
 var sqlAckWorkWithResults = stmt("AckWorkWithResults")
 
 // batchedCompletion is a task's completion with a result that no idle loop
-// waits for (not eager, or for a runner: eager), and its outcome: whether
-// it deleted the task, and (eager) whether its runner got the instance.
+// waits for (not eager), and its outcome: whether it deleted the task.
 type batchedCompletion struct {
-	p     *store.AckWorkItemParams
-	eager *store.EagerLease
-	id    string // the task's id as the statement returns it (taskID)
-	done  bool
-	held  bool
+	p    *store.AckWorkItemParams
+	id   string // the task's id as the statement returns it (taskID)
+	done bool
 }
 
 func newCompletionBatches(s *Store) *groupCommit[string, *batchedCompletion] {
@@ -30,13 +26,10 @@ func newCompletionBatches(s *Store) *groupCommit[string, *batchedCompletion] {
 }
 
 // completeBatched completes p's task in its tenant's next batch
-// (groupCommit), which leases its instance for eager's runner (unless nil).
-func (s *Store) completeBatched(ctx context.Context, p *store.AckWorkItemParams, eager *store.EagerLease) (bool, error) {
-	w := &batchedCompletion{p: p, eager: eager, id: taskID(p.Lease.ID)}
+// (groupCommit).
+func (s *Store) completeBatched(ctx context.Context, p *store.AckWorkItemParams) (bool, error) {
+	w := &batchedCompletion{p: p, id: taskID(p.Lease.ID)}
 	err := s.completions.do(ctx, p.Lease.TenantID, w)
-	if err == nil && eager != nil {
-		eager.Held = w.held
-	}
 	return w.done, err
 }
 
@@ -48,46 +41,9 @@ func (s *Store) sendCompletions(ctx context.Context, tenant string, batch []*bat
 	if s.onCompletionBatch != nil {
 		s.onCompletionBatch(ps)
 	}
-	now := s.now()
-	args := completionArgs(tenant, now, ps)
-	eager := make([]*store.EagerLease, len(batch))
-	leasedIDs := []string{}
-	for i, w := range batch {
-		if w.eager != nil {
-			eager[i] = w.eager
-			leasedIDs = append(leasedIDs, w.p.Lease.ID)
-		}
-	}
-	args["leased_ids"] = uuidArray(leasedIDs)
-	// The tasks deleted, each with its instance; the instances leased.
-	done := map[string]string{}
-	unread := map[string]store.OrchestrationLease{}
-	lease := batchLeaseOf(now, eager)
-	err := s.sendBatch(ctx, "completion", len(batch), sqlAckWorkWithResults, args, lease, func(rows pgx.Rows) error {
-		clear(done) // afresh at each attempt
-		clear(unread)
-		var task *string
-		var instance string
-		_, err := pgx.ForEachRow(rows, []any{&task, &instance}, func() error {
-			if task == nil {
-				unread[instance] = lease.lease(tenant, instance)
-			} else {
-				done[*task] = instance
-			}
-			return nil
-		})
-		return err
-	})
-	instances := make([]string, len(batch))
-	for i, w := range batch {
-		instances[i], w.done = done[w.id]
-	}
-	if err != nil {
-		unread = nil // nothing committed
-	}
-	held := s.holdBatched(ctx, nil, unread, instances, eager)
-	for i, w := range batch {
-		w.held = held[i]
+	done, err := s.sendBatch(ctx, "completion", len(batch), sqlAckWorkWithResults, completionArgs(tenant, s.now(), ps))
+	for _, w := range batch {
+		w.done = done[w.id]
 	}
 	return err
 }

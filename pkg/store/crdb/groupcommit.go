@@ -2,17 +2,13 @@ package crdb
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/orchardhq/orchard/pkg/store"
 )
 
 // groupCommit sends writes that one statement can carry many of (starts,
@@ -148,16 +144,12 @@ func (c *groupCommit[K, T]) take(pending []*commitCall[T]) (batch, rest []*commi
 }
 
 // sendBatch runs one batched statement (sql, bound by args) of n writes of
-// kind (start, completion) in a transaction of its own; read reads its
-// rows. With a lease (its eager writes', batchLeaseOf), the statement
-// leases their instances under it.
-func (s *Store) sendBatch(ctx context.Context, kind string, n int, sql string, args namedArgs, lease *batchLease,
-	read func(rows pgx.Rows) error) error {
+// kind (start, completion) in a transaction of its own, and returns the ids
+// of the writes it reports done (the instances it created, the tasks it
+// completed).
+func (s *Store) sendBatch(ctx context.Context, kind string, n int, sql string, args namedArgs) (map[string]bool, error) {
 	s.batchWrites.Record(ctx, int64(n), metric.WithAttributes(attribute.String("kind", kind)))
-	args["lease_token"], args["leased_until"] = nil, nil
-	if lease != nil {
-		args["lease_token"], args["leased_until"] = lease.token, lease.until
-	}
+	var done map[string]bool
 	err := s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
 		b.Queue(sql, args)
 	}, func(br pgx.BatchResults) error {
@@ -165,109 +157,12 @@ func (s *Store) sendBatch(ctx context.Context, kind string, n int, sql string, a
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		if err := read(rows); err != nil {
-			return err
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		done = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			done[id] = true
 		}
-		return rows.Err()
+		return err
 	})
-	if err != nil && lease != nil {
-		s.releaseFailedClaim(ctx, lease.token)
-	}
-	return err
-}
-
-// batchLease is the lease a batch takes on the instances of its eager
-// writes (those with a store.EagerLease.Runner), under a token of its own.
-type batchLease struct {
-	token      string
-	now, until int64
-}
-
-// batchLeaseOf returns the lease of a batch written at now whose writes'
-// eager leases are es (nil for those that are not eager): nil when none
-// is, else the shortest of their leases.
-func batchLeaseOf(now int64, es []*store.EagerLease) *batchLease {
-	var l *batchLease
-	for _, e := range es {
-		if e == nil {
-			continue
-		}
-		until := now + e.Duration.Milliseconds()
-		if l == nil {
-			l = &batchLease{token: uuid.NewString(), now: now, until: until}
-		}
-		l.until = min(l.until, until)
-	}
-	return l
-}
-
-// lease returns the lease the batch took on a tenant's instance.
-func (l *batchLease) lease(tenant, instance string) store.OrchestrationLease {
-	return store.OrchestrationLease{TenantID: tenant, InstanceID: instance, Token: l.token, ExpiresAt: fromMillis(l.until)}
-}
-
-// leasedFor is what a batch leased for one runner: items, or leases it
-// reads itself (store.LeasedRunner).
-type leasedFor struct {
-	items  []*store.OrchestrationItem
-	unread []store.OrchestrationLease
-}
-
-// holdBatched hands the instances a batch leased for its eager writes to
-// their runners (store.EagerLease.Runner), after its commit: items, by
-// instance id, or unread, the leases of instances whose runner reads them.
-// Each instance goes once, to the first write that names it (es[i] is the
-// eager lease of instances[i]'s write, nil when not eager), and each
-// runner gets its own in one call. It releases the instances it leased
-// that no write holds: two writes named one instance, or a write did not
-// take effect. held[i] says whether es[i]'s runner got instances[i].
-func (s *Store) holdBatched(ctx context.Context, items map[string]*store.OrchestrationItem, unread map[string]store.OrchestrationLease,
-	instances []string, es []*store.EagerLease) (held []bool) {
-	held = make([]bool, len(es))
-	ctx = context.WithoutCancel(ctx)
-	var order []store.LeasedRunner
-	byRunner := map[store.LeasedRunner]*leasedFor{}
-	for i, e := range es {
-		if e == nil {
-			continue
-		}
-		it, read := items[instances[i]]
-		l, ok := unread[instances[i]]
-		if !read && !ok {
-			continue
-		}
-		delete(items, instances[i])
-		delete(unread, instances[i])
-		held[i] = true
-		f := byRunner[e.Runner]
-		if f == nil {
-			f = &leasedFor{}
-			byRunner[e.Runner] = f
-			order = append(order, e.Runner)
-		}
-		if read {
-			f.items = append(f.items, it)
-		} else {
-			f.unread = append(f.unread, l)
-		}
-	}
-	for _, r := range order {
-		r.RunLeased(ctx, byRunner[r].items, byRunner[r].unread)
-	}
-	var left []store.OrchestrationLease
-	for _, it := range items {
-		left = append(left, it.Lease)
-	}
-	for _, l := range unread {
-		left = append(left, l)
-	}
-	for _, l := range left {
-		err := s.AbandonOrchestrationItem(ctx, &store.AbandonOrchestrationItemParams{Lease: l})
-		if err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			s.log.WarnContext(ctx, "could not release an instance a batch leased; its lease will lapse",
-				"tenant_id", l.TenantID, "instance_id", l.InstanceID, "error", err)
-		}
-	}
-	return held
+	return done, err
 }

@@ -72,11 +72,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	}
 	var created bool
 	again := true
-	// A write for a runner joins its batch (startBatched).
-	var batched *store.EagerLease
-	if p.Eager != nil && p.Eager.Runner != nil {
-		batched = p.Eager
-	} else if p.Eager != nil {
+	if p.Eager != nil {
 		created, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
 			b.Queue(sqlStartOrchestration, namedArgs{
 				"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
@@ -92,7 +88,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		}
 	}
 	if again {
-		if created, now, err = s.startBatched(ctx, p, batched); err != nil {
+		if created, now, err = s.startBatched(ctx, p); err != nil {
 			return nil, err
 		}
 	}
@@ -420,44 +416,6 @@ func (s *Store) fetchOnce(ctx context.Context, p *store.FetchOrchestrationItemPa
 	return s.leasedItems(ctx, &leased, token, until)
 }
 
-// ReadLeased reads the items of instances a batch leased for a runner
-// (store.LeasedRunner), all under one token, as a fetch reads them after
-// its claim.
-func (s *Store) ReadLeased(ctx context.Context, leases []store.OrchestrationLease) ([]*store.OrchestrationItem, error) {
-	if len(leases) == 0 {
-		return nil, nil
-	}
-	first := leases[0]
-	mine := make(map[string]bool, len(leases))
-	for _, l := range leases {
-		if l.Token != first.Token || l.TenantID != first.TenantID || !l.ExpiresAt.Equal(first.ExpiresAt) {
-			return nil, invalid("the leases read together must be one tenant's, under one token")
-		}
-		mine[l.InstanceID] = true
-	}
-	if !validToken(first.Token) {
-		return nil, leaseLost(first)
-	}
-	var leased leasedInputs
-	err := s.retry(ctx, func(ctx context.Context) error {
-		b := &pgx.Batch{}
-		s.queueLeasedInputs(b, first.Token, s.now())
-		br := s.pool.SendBatch(ctx, b)
-		err := leased.read(br)
-		if closeErr := br.Close(); err == nil {
-			err = closeErr
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// Only the instances named: others under the token are other runners'.
-	leased.claimed = slices.DeleteFunc(leased.claimed, func(in store.Instance) bool { return !mine[in.InstanceID] })
-	items, _, err := s.leasedItems(ctx, &leased, first.Token, first.ExpiresAt.UnixMilli())
-	return items, err
-}
-
 // releaseFailedClaim lets go of the leases a transaction that leased
 // instances (a fetch, an eager start or completion) may hold when it
 // failed: COMMIT travels with the statements, so a failure while reading
@@ -597,8 +555,8 @@ func eagerLease(e *store.EagerLease, now int64) (int64, error) {
 		return 0, nil
 	}
 	e.Held = false
-	if e.Duration <= 0 || !validToken(e.Token) || (e.Hold == nil && e.Runner == nil) {
-		return 0, invalid("an eager lease needs a positive duration, a token that is a UUID, and a turn to hold or a runner")
+	if e.Duration <= 0 || !validToken(e.Token) || e.Hold == nil {
+		return 0, invalid("an eager lease needs a positive duration, a token that is a UUID, and a turn to hold")
 	}
 	return now + e.Duration.Milliseconds(), nil
 }

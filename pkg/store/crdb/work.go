@@ -145,11 +145,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		return err
 	}
 	again := true
-	// A write for a runner joins its batch (completeBatched).
-	var batched *store.EagerLease
-	if p.Eager != nil && p.Eager.Runner != nil {
-		batched = p.Eager
-	} else if p.Eager != nil {
+	if p.Eager != nil {
 		done, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
 			b.Queue(sqlAckWorkWithResult, namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token,
 				"kind": p.Result.Kind, "payload": p.Result.Payload, "now": now, "trace_context": p.TraceContext,
@@ -163,7 +159,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		}
 	}
 	if again {
-		if done, err = s.completeBatched(ctx, p, batched); err != nil {
+		if done, err = s.completeBatched(ctx, p); err != nil {
 			return err
 		}
 	}

@@ -53,8 +53,6 @@ func Run(t *testing.T, newStore Factory) {
 		{"StartMaxRunning", testStartMaxRunning},
 		{"EagerStart", testEagerStart},
 		{"EagerCompletion", testEagerCompletion},
-		{"RunnerStart", testRunnerStart},
-		{"RunnerCompletion", testRunnerCompletion},
 		{"HeldStart", testHeldStart},
 		{"HeldCompletion", testHeldCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},

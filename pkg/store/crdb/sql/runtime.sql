@@ -69,14 +69,9 @@ SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now, NULLIF(@trace_co
 -- name: StartOrchestrations
 -- StartOrchestration for starts that no idle loop waits for, batched
 -- (starts.go): the instances of @instance_ids (distinct), their lease rows
--- free and due at once, but for those of @leased_ids, leased under
--- @lease_token until @leased_until as a claim leases them (eager starts
--- that joined a batch; LeasedInputs follows in the transaction). With
--- @max_running, the starts are taken in their order while the tenant's
--- running instances and the starts before them stay below it. Returns the
--- ids it created, each with its start message's id, and the tenant's
--- retention policy: all that an eager start's item needs besides what it
--- wrote (a claim's LeasedInputs would read them).
+-- free and due at once. With @max_running, the starts are taken in their
+-- order while the tenant's running instances and the starts before them
+-- stay below it. Returns the ids it created.
 WITH c AS (
 	SELECT * FROM unnest(@instance_ids::TEXT[], @names::TEXT[], @versions::TEXT[], @inputs::BYTEA[], @tags::TEXT[],
 		@retentions::TEXT[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[]) WITH ORDINALITY
@@ -98,15 +93,9 @@ WITH c AS (
 	RETURNING 1
 ), l AS (
 	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at, claims)
-	SELECT @tenant_id, i.instance_id,
-		CASE WHEN i.instance_id = ANY(@leased_ids::TEXT[]) THEN @lease_token::UUID ELSE gen_random_uuid() END,
-		CASE WHEN i.instance_id = ANY(@leased_ids::TEXT[]) THEN @leased_until::INT8 ELSE 0 END,
-		CASE WHEN i.instance_id = ANY(@leased_ids::TEXT[]) THEN @leased_until::INT8 ELSE @now END,
-		CASE WHEN i.instance_id = ANY(@leased_ids::TEXT[]) THEN 1 ELSE 0 END
-	FROM i
+	SELECT @tenant_id, i.instance_id, gen_random_uuid(), 0, @now, 0 FROM i
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
-		SET lease_token = excluded.lease_token, leased_until = excluded.leased_until, due_at = excluded.due_at,
-			claims = excluded.claims, strikes = 0
+		SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
@@ -120,12 +109,10 @@ WITH c AS (
 	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE
 		SET tag_value = excluded.tag_value, created_at = excluded.created_at
 	RETURNING 1
-), q AS (
-	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
-	SELECT @tenant_id, c.instance_id, 1, c.kind, c.payload, @now, @now, NULLIF(c.trace_context, '') FROM c JOIN i ON i.instance_id = c.instance_id
-	RETURNING instance_id, id
 )
-SELECT q.instance_id, q.id::TEXT, t.retention FROM q LEFT JOIN tenants t ON t.tenant_id = @tenant_id;
+INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, c.instance_id, 1, c.kind, c.payload, @now, @now, NULLIF(c.trace_context, '') FROM c JOIN i ON i.instance_id = c.instance_id
+RETURNING instance_id;
 
 -- name: StartRefusal
 -- Why a start created nothing: whether the id is taken.

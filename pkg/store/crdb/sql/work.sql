@@ -97,13 +97,9 @@ SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now, NULLI
 -- name: AckWorkWithResults
 -- AckWorkWithResult for completions that no idle loop waits for, batched
 -- (completions.go): the tasks of @ids (distinct), each under its @tokens;
--- returns the ids of the tasks it deleted, with their instances'. The instances' lease rows are
+-- returns the ids of the tasks it deleted. The instances' lease rows are
 -- locked in key order, as an ack locks them (ack.sql), before they are
--- written. The instances of the tasks of @leased_ids (eager completions
--- that joined a batch) are leased instead, when free, under @lease_token
--- until @leased_until, as AckWorkWithResult leases them, and returned
--- after the tasks, with no task id; their runner reads them
--- (LeasedInputs) on its own connections.
+-- written.
 WITH t AS (
 	SELECT * FROM unnest(@ids::UUID[], @tokens::UUID[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[])
 		AS t (id, token, kind, payload, trace_context)
@@ -115,21 +111,11 @@ WITH t AS (
 	WHERE l.tenant_id = @tenant_id AND l.instance_id IN (SELECT instance_id FROM task)
 	ORDER BY l.instance_id
 	FOR UPDATE
-), leasing AS (
-	SELECT w.instance_id FROM worker_queue w
-	WHERE w.tenant_id = @tenant_id AND w.id = ANY(@leased_ids::UUID[]) AND (w.id, w.lease_token) IN (SELECT id, token FROM t)
 ), woken AS (
 	UPDATE instance_leases l
-	SET due_at = CASE WHEN l.leased_until <= @now AND l.instance_id IN (SELECT instance_id FROM leasing) THEN @leased_until::INT8
-			ELSE LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END) END,
-		lease_token = CASE WHEN l.leased_until <= @now AND l.instance_id IN (SELECT instance_id FROM leasing) THEN @lease_token::UUID
-			ELSE l.lease_token END,
-		claims = CASE WHEN l.leased_until <= @now AND l.instance_id IN (SELECT instance_id FROM leasing) THEN l.claims + 1
-			ELSE l.claims END,
-		leased_until = CASE WHEN l.leased_until <= @now AND l.instance_id IN (SELECT instance_id FROM leasing) THEN @leased_until::INT8
-			ELSE l.leased_until END
+	SET due_at = LEAST(l.due_at, @now, CASE WHEN l.leased_until > 0 THEN l.leased_until - 1 ELSE @now END)
 	WHERE l.tenant_id = @tenant_id AND l.instance_id IN (SELECT instance_id FROM locked)
-	RETURNING l.instance_id, l.lease_token = @lease_token::UUID AS leased
+	RETURNING 1
 ), done AS (
 	DELETE FROM worker_queue w
 	WHERE w.tenant_id = @tenant_id AND w.id = ANY(@ids::UUID[]) AND (w.id, w.lease_token) IN (SELECT id, token FROM t)
@@ -141,9 +127,7 @@ WITH t AS (
 	FROM done d JOIN t ON t.id = d.id
 	RETURNING 1
 )
-SELECT d.id::TEXT, d.instance_id FROM done d WHERE (SELECT count(*) FROM enqueued) >= 0
-UNION ALL
-SELECT NULL, w.instance_id FROM woken w WHERE w.leased;
+SELECT d.id::TEXT FROM done d WHERE (SELECT count(*) FROM enqueued) >= 0;
 
 -- name: AbandonWork
 UPDATE worker_queue SET lease_token = NULL, leased_until = NULL, visible_at = @visible_at
