@@ -29,8 +29,11 @@ func newCompletionBatches(s *Store) *groupCommit[string, *batchedCompletion] {
 // (groupCommit).
 func (s *Store) completeBatched(ctx context.Context, p *store.AckWorkItemParams) (bool, error) {
 	w := &batchedCompletion{p: p, id: taskID(p.Lease.ID)}
-	err := s.completions.do(ctx, p.Lease.TenantID, w)
-	return w.done, err
+	// As in startBatched, w is read only once its batch is done with it.
+	if err := s.completions.do(ctx, p.Lease.TenantID, w); err != nil {
+		return false, err
+	}
+	return w.done, nil
 }
 
 func (s *Store) sendCompletions(ctx context.Context, tenant string, batch []*batchedCompletion) error {

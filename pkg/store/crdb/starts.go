@@ -39,8 +39,12 @@ func (s *Store) startBatched(ctx context.Context, p *store.StartOrchestrationPar
 		key.limited, key.maxRunning = true, *p.MaxRunning
 	}
 	w := &batchedStart{p: p}
-	err := s.starts.do(ctx, key, w)
-	return w.created, w.now, err
+	// A call whose ctx ended returns while its batch may still run and
+	// write w: w is read only once the batch is done with it.
+	if err := s.starts.do(ctx, key, w); err != nil {
+		return false, 0, err
+	}
+	return w.created, w.now, nil
 }
 
 func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedStart) error {
