@@ -72,7 +72,6 @@ func TestHintedWaitForCompletionReads(t *testing.T) {
 	})
 	e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
 	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
-	ctx := t.Context()
 	echo := func(id string) *orchardv1.StartOrchestrationRequest {
 		return &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: id, Input: []byte(`7`)}
 	}
@@ -98,12 +97,7 @@ func TestHintedWaitForCompletionReads(t *testing.T) {
 	require.Equal(t, int64(1), e.API.LongPollQueries()-queriesBefore)
 
 	// Ended before its wait came: the start's subscription holds the hint.
-	complete(t, c, startAndPoll(t, c, echo("f")))
-	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
-		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
-		require.NoError(t, err)
-		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
-	})
+	runToEnd(t, c, echo("f"))
 	queriesBefore = e.API.LongPollQueries()
 	w = waitFor(t, c, "f")("a wait for an instance that ended before it did not answer")
 	require.True(t, w.Msg.Done)
@@ -185,12 +179,7 @@ func TestAWaitGetsItsInstanceHandedOver(t *testing.T) {
 	asRead(w)
 
 	// Ended before its wait came: the start's watch holds the instance.
-	complete(t, c, startAndPoll(t, c, echo("f")))
-	testwait.Until(t, 30*time.Second, "instance f to complete", func() bool {
-		in, err := c.client.GetInstance(ctx, req(&orchardv1.GetInstanceRequest{InstanceId: "f"}))
-		require.NoError(t, err)
-		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
-	})
+	runToEnd(t, c, echo("f"))
 	queriesBefore = e.API.LongPollQueries()
 	w = waitFor(t, c, "f")("a wait for an instance that ended before it did not answer")
 	require.Zero(t, e.API.LongPollQueries()-queriesBefore, "the wait read its instance")
@@ -278,6 +267,18 @@ func startAndPoll(t *testing.T, c *clients, start *orchardv1.StartOrchestrationR
 	require.NoError(t, err)
 	require.Len(t, task.Msg.Tasks, 1)
 	return task.Msg.Tasks[0].TaskToken
+}
+
+// runToEnd starts an echo instance, completes its task and waits until
+// it has completed, with no WaitForCompletion of its own.
+func runToEnd(t *testing.T, c *clients, start *orchardv1.StartOrchestrationRequest) {
+	t.Helper()
+	complete(t, c, startAndPoll(t, c, start))
+	testwait.Until(t, 30*time.Second, "instance "+start.InstanceId+" to complete", func() bool {
+		in, err := c.client.GetInstance(t.Context(), req(&orchardv1.GetInstanceRequest{InstanceId: start.InstanceId}))
+		require.NoError(t, err)
+		return in.Msg.Instance.Status == orchardv1.InstanceStatus_INSTANCE_STATUS_COMPLETED
+	})
 }
 
 // waitFor waits for the end of instance id in the background (inBackground).
