@@ -135,7 +135,7 @@ scaleout:
 # The performance goals, measured in one sitting (loadtest/targets): pgbench's
 # insert rate on a PostgreSQL server set up as orchard dev's, then burst, half
 # load (at half the W just measured), one in flight, chains, and fairness
-# beside fairness-alone, each on a fresh `orchard dev`; a table of the means
+# (the noisy tenant on and off in turns), each on a fresh `orchard dev`; a table of the means
 # against the goals. TARGETS_ARGS adds flags (--compare OTHER_ORCHARD_BINARY,
 # --rounds 3, --skip fairness); the reports land in .orchard/targets/.
 targets:

@@ -28,6 +28,13 @@ type Plan struct {
 	Workers WorkerPlan `yaml:"workers"`
 	// Tenants are the tenants the loads run in, each with its own tokens.
 	Tenants []TenantPlan `yaml:"tenants"`
+	// Cycle, when set, offers the loads marked on_off only in every other
+	// window of this length, counted from the run's start (warmup
+	// included): off in the first, on in the second, and so on. The report
+	// then splits every other load's latency by whether the on/off loads
+	// were on when its orchestrations were due, so that what they cost the
+	// others is read from one run, on the same machine in the same minutes.
+	Cycle Duration `yaml:"cycle"`
 }
 
 // WorkerPlan is how many SDK workers a tenant runs, and how large.
@@ -83,6 +90,10 @@ type LoadPlan struct {
 	Generations int `yaml:"generations"`
 	// Timer is a timer workload's sleep (default 1s).
 	Timer Duration `yaml:"timer"`
+	// OnOff offers the load only in the plan's on windows (see Plan.Cycle).
+	OnOff bool `yaml:"on_off"`
+	// cycle is the plan's Cycle, for Drive.
+	cycle time.Duration
 }
 
 // Kind is a workload: a definition and what the client does to run it.
@@ -139,6 +150,9 @@ const (
 	maxGenerations = 10_000
 	maxWorkers     = 64
 	maxConcurrency = 1024
+	// minCycle leaves each window more than the second after its change
+	// that its latencies are not counted in (settle).
+	minCycle = 2 * time.Second
 )
 
 var tenantID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -211,6 +225,10 @@ func (p *Plan) check() error {
 	if len(p.Tenants) == 0 || len(p.Tenants) > maxTenants {
 		bad("tenants: 1 to %d", maxTenants)
 	}
+	if p.Cycle != 0 && p.Cycle < Duration(minCycle) {
+		bad("cycle: at least %v", minCycle)
+	}
+	onOff := 0
 	seen := map[string]bool{}
 	for i := range p.Tenants {
 		t := &p.Tenants[i]
@@ -264,9 +282,34 @@ func (p *Plan) check() error {
 			if l.Timer < 0 {
 				bad("%s.timer: must not be negative", at)
 			}
+			if l.OnOff {
+				onOff++
+				l.cycle = time.Duration(p.Cycle)
+			}
 		}
 	}
+	switch {
+	case onOff > 0 && p.Cycle == 0:
+		bad("on_off loads need the plan's cycle")
+	case onOff == 0 && p.Cycle != 0:
+		bad("cycle: no load is on_off")
+	}
 	return errors.Join(errs...)
+}
+
+// settle is how long after each change of window (see Plan.Cycle) an
+// orchestration's latency is counted in neither window: the work of the
+// window before is still running out, or the on/off loads' first burst is
+// going through their tenants' limits.
+const settle = time.Second
+
+// window tells, for a plan of the given cycle whose run started at t0,
+// whether the on/off loads are on at t, whether t is a settle or more into
+// its window, and when its window ends.
+func window(cycle time.Duration, t0, t time.Time) (on, settled bool, next time.Time) {
+	d := max(t.Sub(t0), 0)
+	n := d / cycle
+	return n%2 == 1, d-n*cycle >= settle, t0.Add((n + 1) * cycle)
 }
 
 // Mode says how a load is offered: "closed" or "open".

@@ -56,10 +56,38 @@ func TestParsePlanRejects(t *testing.T) {
 		"duration":      {"duration: soon\ntenants: [{id: a, loads: [{kind: timer, rate: 1}]}]", `invalid duration "soon"`},
 		"same load":     {"tenants: [{id: a, loads: [{kind: timer, rate: 1}, {kind: timer, rate: 2}]}]", `name: "timer" twice`},
 		"limits":        {"tenants: [{id: a, limits: {burst: -1}, loads: [{kind: timer, rate: 1}]}]", "limits: must not be negative"},
+		"on_off alone":  {"tenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}]}]", "on_off loads need the plan's cycle"},
+		"cycle alone":   {"cycle: 10s\ntenants: [{id: a, loads: [{kind: timer, rate: 1}]}]", "cycle: no load is on_off"},
+		"short cycle":   {"cycle: 1s\ntenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}]}]", "cycle: at least 2s"},
 	} {
 		_, err := ParsePlan([]byte(tc.doc))
 		require.ErrorContains(t, err, tc.want, name)
 	}
+}
+
+func TestWindowsAlternateFromOff(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		at          time.Duration
+		on, settled bool
+		next        time.Duration
+	}{
+		{-time.Second, false, false, 10 * time.Second}, // before the run: its first window
+		{0, false, false, 10 * time.Second},
+		{999 * time.Millisecond, false, false, 10 * time.Second},
+		{time.Second, false, true, 10 * time.Second},
+		{10 * time.Second, true, false, 20 * time.Second},
+		{15 * time.Second, true, true, 20 * time.Second},
+		{20*time.Second + settle, false, true, 30 * time.Second},
+		{39 * time.Second, true, true, 40 * time.Second},
+	} {
+		on, settled, next := window(10*time.Second, t0, t0.Add(tc.at))
+		require.Equal(t, []any{tc.on, tc.settled, t0.Add(tc.next)}, []any{on, settled, next}, "at %v", tc.at)
+	}
+	p, err := ParsePlan([]byte("cycle: 4s\ntenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}, {kind: fan-out, rate: 1}]}]"))
+	require.NoError(t, err)
+	require.Equal(t, 4*time.Second, p.Tenants[0].Loads[0].cycle, "an on/off load knows its plan's cycle")
 }
 
 func TestLoadPlanFileNamesTheChoices(t *testing.T) {

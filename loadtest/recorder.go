@@ -36,6 +36,9 @@ type series struct {
 	completed int64
 	errors    map[string]int64
 	seconds   map[int]*hdrhistogram.Histogram
+	// on and off split hist by the plan's windows (see Plan.Cycle), when
+	// it has them.
+	on, off *hdrhistogram.Histogram
 }
 
 // Recorder gathers the outcomes of orchestrations. Outcomes that end before
@@ -51,12 +54,20 @@ type Recorder struct {
 	recentHist  *hdrhistogram.Histogram
 	totalEnded  int64
 	totalErrors int64
+	// t0 and cycle place the plan's windows (zero cycle: none).
+	t0    time.Time
+	cycle time.Duration
 }
 
 // NewRecorder records outcomes that end within [start, end).
 func NewRecorder(start, end time.Time) *Recorder {
 	return &Recorder{start: start, end: end, series: map[seriesKey]*series{}, recentHist: newHistogram()}
 }
+
+// splitByWindow has the recorder also split each series' latencies by the
+// windows of a plan of this cycle, run from t0 (see Plan.Cycle). It is
+// called before the first Record.
+func (r *Recorder) splitByWindow(t0 time.Time, cycle time.Duration) { r.t0, r.cycle = t0, cycle }
 
 // Record records one orchestration of a load that ended at end after
 // latency, with err nil when it completed (a startedError when it failed
@@ -92,6 +103,18 @@ func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Durat
 	s.started++
 	s.completed++
 	_ = s.hist.RecordValue(micros)
+	if r.cycle > 0 {
+		if on, settled, _ := window(r.cycle, r.t0, end.Add(-latency)); settled {
+			if s.on == nil {
+				s.on, s.off = newHistogram(), newHistogram()
+			}
+			h := s.off
+			if on {
+				h = s.on
+			}
+			_ = h.RecordValue(micros)
+		}
+	}
 	sec := int(end.Sub(r.start) / time.Second)
 	h := s.seconds[sec]
 	if h == nil {

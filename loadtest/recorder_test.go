@@ -41,6 +41,36 @@ func TestRecorderCountsOnlyTheMeasuredWindow(t *testing.T) {
 	require.Zero(t, done, "progress restarts after each call")
 }
 
+func TestRecorderSplitsLatenciesByWhenTheyWereDue(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// A warmup of 5 s, windows of 10 s: off [0, 10), on [10, 20), off [20, 30).
+	r := NewRecorder(t0.Add(5*time.Second), t0.Add(30*time.Second))
+	r.splitByWindow(t0, 10*time.Second)
+	due := func(at, latency time.Duration) {
+		r.Record("a", "x", t0.Add(at+latency), latency, nil)
+	}
+	due(6*time.Second, 3*time.Millisecond)
+	due(9500*time.Millisecond, 800*time.Millisecond)           // due off, ends on: off
+	due(10*time.Second+500*time.Millisecond, time.Millisecond) // in the first second of its window: neither
+	due(12*time.Second, 7*time.Millisecond)
+	due(13*time.Second, 9*time.Millisecond)
+	due(21*time.Second, 4*time.Millisecond)
+	r.Record("a", "x", t0.Add(14*time.Second), 0, &sdk.Error{Code: connect.CodeResourceExhausted})
+	_, all := r.snapshot()
+	s := all[seriesKey{"a", "x"}]
+	require.Equal(t, int64(6), s.hist.TotalCount(), "every completion counts in the whole")
+	require.Equal(t, int64(2), s.on.TotalCount())
+	require.Equal(t, int64(3), s.off.TotalCount())
+	require.InDelta(t, 9000, s.on.Max(), 10)
+	require.InDelta(t, 800_000, s.off.Max(), 1000)
+
+	plain := NewRecorder(t0, t0.Add(10*time.Second))
+	plain.Record("a", "x", t0.Add(time.Second), time.Millisecond, nil)
+	_, all = plain.snapshot()
+	require.Nil(t, all[seriesKey{"a", "x"}].on, "no windows without a cycle")
+}
+
 func TestErrorCode(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "resource_exhausted", ErrorCode(fmt.Errorf("start: %w", &sdk.Error{Code: connect.CodeResourceExhausted})))

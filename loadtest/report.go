@@ -58,6 +58,40 @@ type LoadResult struct {
 	Generations float64          `json:"generations_per_s,omitempty"`
 	Latency     Latency          `json:"latency_ms"`
 	Errors      map[string]int64 `json:"errors,omitempty"`
+	// Windows splits the latency of loads that are not on/off by the
+	// plan's windows (see Plan.Cycle); nil when it has none.
+	Windows *Windows `json:"windows,omitempty"`
+}
+
+// Windows is a latency split by the plan's windows: that of the
+// orchestrations due while the on/off loads ran, and that of those due
+// while they did not, each counted only from a settle into its window.
+type Windows struct {
+	On  WindowResult `json:"on"`
+	Off WindowResult `json:"off"`
+}
+
+// WindowResult is what completed of the orchestrations due in one kind of
+// window.
+type WindowResult struct {
+	Completed int64   `json:"completed"`
+	Latency   Latency `json:"latency_ms"`
+}
+
+// P99Change is how much the on windows' p99 is above the off windows', as
+// a fraction of the latter (0.1: 10% above).
+func (w *Windows) P99Change() float64 { return w.On.Latency.P99/w.Off.Latency.P99 - 1 }
+
+// windowsOf builds a Windows from the on and off histograms (nil when the
+// off windows have no latency to compare against).
+func windowsOf(on, off *hdrhistogram.Histogram) *Windows {
+	if off.TotalCount() == 0 || on.TotalCount() == 0 {
+		return nil
+	}
+	return &Windows{
+		On:  WindowResult{Completed: on.TotalCount(), Latency: latencyOf(on)},
+		Off: WindowResult{Completed: off.TotalCount(), Latency: latencyOf(off)},
+	}
 }
 
 // Latency is start-to-completion latency in milliseconds.
@@ -120,9 +154,13 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 	total := newHistogram()
 	perTenant := map[string]*hdrhistogram.Histogram{}
 	tenantResults := map[string]*LoadResult{}
+	// The tenants' latencies in the on and off windows, over their loads
+	// that are not on/off.
+	tenantOn, tenantOff := map[string]*hdrhistogram.Histogram{}, map[string]*hdrhistogram.Histogram{}
 	for _, t := range plan.Tenants {
 		perTenant[t.ID] = newHistogram()
 		tenantResults[t.ID] = &LoadResult{Tenant: t.ID, Errors: map[string]int64{}}
+		tenantOn[t.ID], tenantOff[t.ID] = newHistogram(), newHistogram()
 	}
 	for _, t := range plan.Tenants {
 		for i := range t.Loads {
@@ -137,6 +175,11 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 				maps.Copy(res.Errors, s.errors)
 				perTenant[t.ID].Merge(s.hist)
 				total.Merge(s.hist)
+				if s.on != nil && !l.OnOff {
+					res.Windows = windowsOf(s.on, s.off)
+					tenantOn[t.ID].Merge(s.on)
+					tenantOff[t.ID].Merge(s.off)
+				}
 			}
 			res.Throughput = perSecond(res.Completed, seconds)
 			if l.Kind == KindContinueAsNew {
@@ -160,6 +203,7 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 		tr := tenantResults[t.ID]
 		tr.Throughput = perSecond(tr.Completed, seconds)
 		tr.Latency = latencyOf(perTenant[t.ID])
+		tr.Windows = windowsOf(tenantOn[t.ID], tenantOff[t.ID])
 		rep.Tenants = append(rep.Tenants, *tr)
 		if tr.Completed > 0 && tr.Completed < steadyTail {
 			noun := "orchestrations"
@@ -233,6 +277,12 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 	if c := rep.CPU; c != nil {
 		fmt.Fprintf(w, "server CPU: orchard %.2f cores, database %.2f cores; per orchestration: orchard %.2f ms, database %.2f ms; load generator %.2f cores, %.2f ms per orchestration\n",
 			c.OrchardCores, c.DatabaseCores, c.OrchardMillisPerOrchestration, c.DatabaseMillisPerOrchestration, c.GeneratorCores, c.GeneratorMillisPerOrchestration)
+	}
+	for _, r := range rep.Tenants {
+		if ws := r.Windows; ws != nil {
+			fmt.Fprintf(w, "%s while the on/off loads ran: p50 %.1f ms, p99 %.1f ms (%d due); while they did not: p50 %.1f ms, p99 %.1f ms (%d due); p99 %+.0f%%\n",
+				r.Tenant, ws.On.Latency.P50, ws.On.Latency.P99, ws.On.Completed, ws.Off.Latency.P50, ws.Off.Latency.P99, ws.Off.Completed, ws.P99Change()*100)
+		}
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -90,3 +90,48 @@ tenants:
 	require.NoError(t, err)
 	require.Contains(t, string(chart), "a/one-activity p99")
 }
+
+func TestReportComparesTheOnAndOffWindows(t *testing.T) {
+	t.Parallel()
+	plan, err := ParsePlan([]byte(`
+cycle: 10s
+tenants:
+  - id: quiet
+    loads:
+      - { kind: one-activity, rate: 1 }
+  - id: noisy
+    loads:
+      - { kind: one-activity, rate: 100, on_off: true }
+`))
+	require.NoError(t, err)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := NewRecorder(t0, t0.Add(40*time.Second))
+	r.splitByWindow(t0, 10*time.Second)
+	for s := range 40 {
+		// 10 ms while the noisy load is off, 12 ms while it is on.
+		latency := 10 * time.Millisecond
+		if (s/10)%2 == 1 {
+			latency = 12 * time.Millisecond
+		}
+		due := t0.Add(time.Duration(s)*time.Second + 100*time.Millisecond)
+		r.Record("quiet", "one-activity", due.Add(latency), latency, nil)
+		r.Record("noisy", "one-activity", due.Add(latency), latency, nil)
+	}
+	rep := buildReport(r, plan, 40)
+	quiet := rep.Tenants[0]
+	require.NotNil(t, quiet.Windows)
+	require.Equal(t, rep.Loads[0].Windows, quiet.Windows)
+	// The first second of each window is left out: 9 of each 10.
+	require.Equal(t, int64(18), quiet.Windows.On.Completed)
+	require.Equal(t, int64(18), quiet.Windows.Off.Completed)
+	require.InDelta(t, 12.0, quiet.Windows.On.Latency.P99, 0.01)
+	require.InDelta(t, 10.0, quiet.Windows.Off.Latency.P99, 0.01)
+	require.InDelta(t, 0.2, quiet.Windows.P99Change(), 0.002)
+	require.Nil(t, rep.Loads[1].Windows, "the on/off load itself is not split")
+	require.Nil(t, rep.Tenants[1].Windows)
+
+	var sb strings.Builder
+	require.NoError(t, rep.WriteSummary(&sb))
+	require.Contains(t, sb.String(), "quiet while the on/off loads ran: p50 12.0 ms, p99 12.0 ms (18 due); while they did not: p50 10.0 ms, p99 10.0 ms (18 due); p99 +20%")
+	require.NotContains(t, sb.String(), "noisy while")
+}

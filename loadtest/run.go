@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	measureStart := t0.Add(time.Duration(plan.Warmup))
 	end := measureStart.Add(time.Duration(plan.Duration))
 	rec := NewRecorder(measureStart, end)
+	rec.splitByWindow(t0, time.Duration(plan.Cycle))
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 
@@ -159,10 +160,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// Drive offers one load until end (or until ctx ends): closed-loop or
-// open-loop (the i-th arrival due at t0 + i/rate). It calls one for each
-// orchestration, with its sequence number in the load (from 1) and when it
-// was due, and returns once every call has returned.
 // cutOff reports whether a run's call ended because the run did, not by a
 // failure: the run's context ended, or the call met its deadline, which is
 // the run's end. Connect sends a deadline in whole milliseconds, rounded
@@ -175,16 +172,34 @@ func cutOff(runCtx context.Context, err error, now, end time.Time) bool {
 	return errors.Is(err, context.DeadlineExceeded) && !now.Before(end.Add(-time.Millisecond))
 }
 
+// Drive offers one load until end (or until ctx ends): closed-loop or
+// open-loop (the i-th arrival due at t0 + i/rate), and an on/off load only
+// in its on windows. It calls one for each orchestration, with its sequence
+// number in the load (from 1) and when it was due, and returns once every
+// call has returned.
 func Drive(ctx context.Context, l *LoadPlan, t0, end time.Time, one func(seq int64, due time.Time)) {
 	var seq atomic.Int64
 	run := func(due time.Time) { one(seq.Add(1), due) }
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// off is, for an on/off load in an off window at t, when the window ends.
+	off := func(t time.Time) (time.Time, bool) {
+		if !l.OnOff {
+			return time.Time{}, false
+		}
+		on, _, next := window(l.cycle, t0, t)
+		return next, !on
+	}
 	if l.InFlight > 0 {
 		for range l.InFlight {
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					run(time.Now())
+					now := time.Now()
+					if next, ok := off(now); ok {
+						Sleep(ctx, next.Sub(now))
+						continue
+					}
+					run(now)
 				}
 			})
 		}
@@ -200,6 +215,11 @@ func Drive(ctx context.Context, l *LoadPlan, t0, end time.Time, one func(seq int
 		due := t0.Add(time.Duration(i) * interval)
 		if !due.Before(end) {
 			return
+		}
+		if next, ok := off(due); ok {
+			// The next arrival is the first due in the next window.
+			i = int64((next.Sub(t0)+interval-1)/interval) - 1
+			continue
 		}
 		if wait := time.Until(due); wait > 0 {
 			timer.Reset(wait)
