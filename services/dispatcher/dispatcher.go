@@ -31,7 +31,9 @@ import (
 // Config configures a Dispatcher. Zero fields take the defaults.
 type Config struct {
 	Store store.Store
-	// Loops is the number of concurrent fetch → turn → ack loops (default 4).
+	// Loops is the number of concurrent fetch → turn → ack loops (default
+	// 4). Half of them (rounded up) run whatever the load; the others,
+	// reserve loops, only while the fetches come back full (see loop).
 	Loops int
 	// Batch is how many instances a loop leases per fetch (default
 	// DefaultBatch).
@@ -176,6 +178,9 @@ type Dispatcher struct {
 	// fetching holds a value while a loop fetches: one fetch at a time
 	// (fetchAndRun).
 	fetching chan struct{}
+	// backlog is set while the last fetch came back full: the reserve
+	// loops then run (see loop).
+	backlog atomic.Bool
 	// nextZombieLook is when (UnixNano) a fetch next looks for zombie
 	// messages.
 	nextZombieLook atomic.Int64
@@ -209,7 +214,10 @@ type Stats struct {
 	// fetch's return to the batch's ack. A batch's turns are counted before
 	// it stops running.
 	Running int64
-	// EmptyPollsByLoop is EmptyPolls for each loop.
+	// EmptyPollsByLoop is EmptyPolls for each loop that polls when idle:
+	// the first (Loops+1)/2. The others, reserve loops, fetch only while
+	// the fetches come back full, and their empty fetches count in
+	// EmptyPolls alone.
 	EmptyPollsByLoop []int64
 	// Held is the number of turns run in an idle loop's place inside the
 	// write that made their instance due (Hold).
@@ -230,7 +238,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.wake = make(chan struct{})
 	d.kick = make(chan struct{}, 1)
 	d.fetching = make(chan struct{}, 1)
-	d.stats.loopEmptyPolls = make([]atomic.Int64, cfg.Loops)
+	d.stats.loopEmptyPolls = make([]atomic.Int64, d.activeLoops())
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
 	d.policies = newPolicyCache(cfg.Store, cfg.PolicyTTL)
 	return d, nil
@@ -336,10 +344,22 @@ func (d *Dispatcher) Stats() Stats {
 // hint was spent on a fetch that found it leased. Otherwise the batch took
 // what was hinted and it sleeps like an idle loop, until a hint or its
 // poll: the fetch at once found nothing, about one per turn at low load.
+//
+// A reserve loop (activeLoops) waits, with no place offered and no hint
+// taken, until a fetch comes back full, and goes back to waiting once one
+// does not: below a backlog, the active loops alone run the turns, in
+// fuller batches.
 func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 	wait := time.Duration(0)
 	failures := failureBackoff()
+	reserve := n >= d.activeLoops()
 	for fetchCtx.Err() == nil {
+		if reserve && !d.backlog.Load() {
+			if !d.reserveWait(fetchCtx) {
+				return
+			}
+			wait = 0
+		}
 		if wait > 0 && !d.idle(fetchCtx, wait) {
 			return
 		}
@@ -363,6 +383,33 @@ func (d *Dispatcher) loop(fetchCtx, turnCtx context.Context, n int) {
 			wait = 0
 		}
 	}
+}
+
+// activeLoops is how many loops run whatever the load; the others are
+// reserve loops, which run only while the fetches come back full. A
+// dispatcher that is not backlogged runs its turns in fewer, larger
+// batches, each with one claim and one ack, and offers fewer places to
+// the writes' eager turns, each of which acks alone.
+func (d *Dispatcher) activeLoops() int { return (d.cfg.Loops + 1) / 2 }
+
+// reserveWait parks a reserve loop until a fetch comes back full (which
+// wakes the idle loops); false when fetchCtx ended. It offers no place
+// and takes no hint.
+func (d *Dispatcher) reserveWait(ctx context.Context) bool {
+	for !d.backlog.Load() {
+		d.wakeMu.Lock()
+		wake := d.wake
+		d.wakeMu.Unlock()
+		if d.backlog.Load() {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // errNoWork: a fetch found nothing to do.
@@ -429,8 +476,11 @@ func (d *Dispatcher) fetch(turnCtx context.Context, n int) ([]*store.Orchestrati
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
 	if len(items) == 0 {
+		d.backlog.Store(false)
 		d.stats.emptyPolls.Add(1)
-		d.stats.loopEmptyPolls[n].Add(1)
+		if n < len(d.stats.loopEmptyPolls) {
+			d.stats.loopEmptyPolls[n].Add(1)
+		}
 		d.metrics.emptyPolls.Add(ctx, 1)
 		return nil, errNoWork
 	}
@@ -443,6 +493,7 @@ func (d *Dispatcher) run(fetchCtx, turnCtx context.Context, items []*store.Orche
 	d.stats.running.Add(1)
 	defer d.stats.running.Add(-1)
 	more := len(items) == d.cfg.Batch
+	d.backlog.Store(more)
 	if more {
 		d.wakeIdle()
 	}

@@ -212,14 +212,15 @@ func TestLoopsFetchOneAtATime(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, waiterDoc)
 	watch := &fetchWatch{Store: s.store, entered: make(chan struct{}), release: make(chan struct{})}
-	const loops = 4
+	// Three loops that poll when idle, three reserve loops.
+	const loops, active = 6, 3
 	d := s.dispatcher(dispatcher.Config{Store: watch, Loops: loops, MinPoll: time.Millisecond})
 	s.startDispatcher(d)
 	// Before the dispatcher's Stop, which waits for the first fetch.
 	release := sync.OnceFunc(func() { close(watch.release) })
 	t.Cleanup(release)
 	<-watch.entered
-	testwait.Until(t, time.Minute, "the other loops to wait for the first fetch", func() bool { return d.Stats().FetchWaits == loops-1 })
+	testwait.Until(t, time.Minute, "the other loops to wait for the first fetch", func() bool { return d.Stats().FetchWaits == active-1 })
 	release()
 	for i := range 10 {
 		s.start(fmt.Sprintf("w%d", i), "waiter", nil, nil)
@@ -230,5 +231,41 @@ func TestLoopsFetchOneAtATime(t *testing.T) {
 	}
 	testwait.Until(t, time.Minute, "the instances to end", func() bool { return d.Stats().Turns == 20 })
 	require.Equal(t, int64(1), watch.most.Load(), "fetches at once")
-	require.Greater(t, d.Stats().FetchWaits, int64(loops-1), "waits after the first fetch")
+	require.Greater(t, d.Stats().FetchWaits, int64(active-1), "waits after the first fetch")
+}
+
+// The reserve loops run only while the fetches come back full. Idle, only
+// the active loops poll; with every batch held before its ack, the first
+// full fetch wakes the reserve loops, and every loop holds a batch.
+func TestReserveLoopsRunWhileTheFetchesComeBackFull(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, waiterDoc)
+	const loops, batch = 4, 2
+	cfg := dispatcher.Config{Loops: loops, Batch: batch, MinPoll: time.Millisecond, MaxPoll: time.Millisecond}
+
+	idle := s.dispatcher(cfg)
+	s.startDispatcher(idle)
+	require.Len(t, idle.Stats().EmptyPollsByLoop, loops/2, "the reserve loops are not counted by loop")
+	byLoop := func() (n int64) {
+		for _, p := range idle.Stats().EmptyPollsByLoop {
+			n += p
+		}
+		return n
+	}
+	testwait.Until(t, time.Minute, "the active loops to poll", func() bool { return byLoop() >= 20 })
+	s.stopDispatcher(idle)
+	require.Equal(t, idle.Stats().EmptyPolls, byLoop(), "empty fetches of the reserve loops")
+
+	d := s.dispatcher(cfg)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	d.SetBeforeAck(func(context.Context, []*store.OrchestrationItem) { <-hold })
+	for i := range loops * batch {
+		s.start(fmt.Sprintf("w%d", i), "waiter", nil, nil)
+	}
+	s.startDispatcher(d)
+	testwait.Until(t, time.Minute, "every loop to hold a batch", func() bool { return d.Stats().Running == loops })
+	release()
+	testwait.Until(t, time.Minute, "every instance to wait", func() bool { return d.Stats().Turns == loops*batch })
 }
