@@ -259,12 +259,13 @@ func TestReserveLoopsRunWhileTheFetchesComeBackFull(t *testing.T) {
 	d := s.dispatcher(cfg)
 	hold := make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release)
 	d.SetBeforeAck(func(context.Context, []*store.OrchestrationItem) { <-hold })
 	for i := range loops * batch {
 		s.start(fmt.Sprintf("w%d", i), "waiter", nil, nil)
 	}
 	s.startDispatcher(d)
+	// Before the dispatcher's Stop, which waits for the batches held.
+	t.Cleanup(release)
 	testwait.Until(t, time.Minute, "every loop to hold a batch", func() bool { return d.Stats().Running == loops })
 	release()
 	testwait.Until(t, time.Minute, "every instance to wait", func() bool { return d.Stats().Turns == loops*batch })
