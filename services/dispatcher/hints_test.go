@@ -118,7 +118,8 @@ func TestAHintDuringABatchFetchesAgain(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, waiterDoc)
 	hints := notify.NewLocal()
-	d := s.hinted(hints, 2)
+	// Two active loops and a reserve one, which stays parked.
+	d := s.hinted(hints, 3)
 	inTurn, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	d.SetBeforeAck(func(ctx context.Context, items []*store.OrchestrationItem) {
@@ -132,7 +133,7 @@ func TestAHintDuringABatchFetchesAgain(t *testing.T) {
 			close(release)
 		}
 	}()
-	// Each loop fetches once as it starts, then waits for hints.
+	// Each active loop fetches once as it starts, then waits for hints.
 	testwait.Until(t, time.Minute, "the loops' first fetches", func() bool { return d.Stats().EmptyPolls == 2 })
 	orchestrations := notify.Topic{Kind: notify.Orchestrations, TenantID: tenant}
 	s.start("w", "waiter", nil, nil)
