@@ -150,9 +150,9 @@ const (
 	maxGenerations = 10_000
 	maxWorkers     = 64
 	maxConcurrency = 1024
-	// minCycle leaves each window more than the second after its change
+	// MinCycle leaves each window more than the second after its change
 	// that its latencies are not counted in (settle).
-	minCycle = 2 * time.Second
+	MinCycle = 2 * time.Second
 )
 
 var tenantID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -225,8 +225,8 @@ func (p *Plan) check() error {
 	if len(p.Tenants) == 0 || len(p.Tenants) > maxTenants {
 		bad("tenants: 1 to %d", maxTenants)
 	}
-	if p.Cycle != 0 && p.Cycle < Duration(minCycle) {
-		bad("cycle: at least %v", minCycle)
+	if p.Cycle != 0 && p.Cycle < Duration(MinCycle) {
+		bad("cycle: at least %v", MinCycle)
 	}
 	onOff := 0
 	seen := map[string]bool{}

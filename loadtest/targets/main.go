@@ -220,7 +220,14 @@ func measure(ctx context.Context, cfg config, m, bin, name string, base, f figur
 		f.add("generations", rep.Total.Generations)
 		return fmt.Sprintf("%.0f generations/s", rep.Total.Generations), nil
 	case "fairness":
-		rep, err := runPlan(ctx, cfg, bin, name, "fairness")
+		plan, run := "fairness", cfg
+		if cfg.duration > 0 {
+			var err error
+			if plan, run.duration, err = fairnessPlan(filepath.Join(cfg.dir, name+".yaml"), cfg.duration); err != nil {
+				return "", err
+			}
+		}
+		rep, err := runPlan(ctx, run, bin, name, plan)
 		if err != nil {
 			return "", err
 		}
@@ -267,19 +274,42 @@ func tenantWindows(rep *loadtest.Report, tenant string) (*loadtest.Windows, erro
 
 // halfLoadPlan writes the built-in half-load plan with its rate set.
 func halfLoadPlan(path string, rate float64) (string, error) {
-	p, err := loadtest.LoadPlanFile("half-load")
+	return path, writePlan(path, "half-load", func(p *loadtest.Plan) error {
+		if len(p.Tenants) != 1 || len(p.Tenants[0].Loads) != 1 {
+			return errors.New("the built-in half-load plan is not one tenant's one load")
+		}
+		p.Tenants[0].Loads[0].Rate = rate
+		return nil
+	})
+}
+
+// fairnessPlan writes the built-in fairness plan for a run of about d:
+// its windows a quarter of the run, and the run at least two windows of
+// each kind, so that both have latencies past their first second. It
+// returns the plan's path and its duration.
+func fairnessPlan(path string, d time.Duration) (string, time.Duration, error) {
+	cycle := max(loadtest.MinCycle, d/4)
+	d = max(d, 4*cycle)
+	return path, d, writePlan(path, "fairness", func(p *loadtest.Plan) error {
+		p.Cycle, p.Duration = loadtest.Duration(cycle), loadtest.Duration(d)
+		return nil
+	})
+}
+
+// writePlan writes a built-in plan, changed by edit, to path.
+func writePlan(path, name string, edit func(*loadtest.Plan) error) error {
+	p, err := loadtest.LoadPlanFile(name)
 	if err != nil {
-		return "", err
+		return err
 	}
-	if len(p.Tenants) != 1 || len(p.Tenants[0].Loads) != 1 {
-		return "", errors.New("the built-in half-load plan is not one tenant's one load")
+	if err := edit(p); err != nil {
+		return err
 	}
-	p.Tenants[0].Loads[0].Rate = rate
 	b, err := yaml.Marshal(p)
 	if err != nil {
-		return "", err
+		return err
 	}
-	return path, os.WriteFile(path, b, 0o644)
+	return os.WriteFile(path, b, 0o644)
 }
 
 // runPlan runs a plan with `orchard loadtest` against a fresh `orchard dev`

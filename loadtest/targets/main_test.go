@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orchardhq/orchard/loadtest"
 )
@@ -63,6 +64,28 @@ func TestHalfLoadPlanSetsTheRate(t *testing.T) {
 	if got.Duration != want.Duration || got.Warmup != want.Warmup || got.Workers != want.Workers ||
 		got.Tenants[0].ID != want.Tenants[0].ID || got.Tenants[0].Loads[0].Kind != want.Tenants[0].Loads[0].Kind {
 		t.Fatalf("the plan written differs from the built-in one beyond its rate:\n%+v\n%+v", got, want)
+	}
+}
+
+// A fairness run of a duration of its own keeps two windows of each kind.
+func TestFairnessPlanFitsItsWindowsToTheDuration(t *testing.T) {
+	for _, tc := range []struct{ asked, cycle, run time.Duration }{
+		{2 * time.Second, 2 * time.Second, 8 * time.Second},
+		{time.Minute, 15 * time.Second, time.Minute},
+	} {
+		path, run, err := fairnessPlan(filepath.Join(t.TempDir(), "fairness.yaml"), tc.asked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := loadtest.LoadPlanFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noisy := got.Tenants[1].Loads[0]
+		if run != tc.run || time.Duration(got.Duration) != tc.run || time.Duration(got.Cycle) != tc.cycle || !noisy.OnOff {
+			t.Errorf("asked %v: run %v, plan's duration %v, cycle %v, noisy load on/off %v; want %v, %v",
+				tc.asked, run, time.Duration(got.Duration), time.Duration(got.Cycle), noisy.OnOff, tc.run, tc.cycle)
+		}
 	}
 }
 
