@@ -205,6 +205,12 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 		tr.Latency = latencyOf(perTenant[t.ID])
 		tr.Windows = windowsOf(tenantOn[t.ID], tenantOff[t.ID])
 		rep.Tenants = append(rep.Tenants, *tr)
+		steady := slices.ContainsFunc(t.Loads, func(l LoadPlan) bool { return !l.OnOff })
+		if plan.Cycle > 0 && steady && tr.Completed > 0 && tr.Windows == nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s has no latency in both on and off windows (each counted from %v into it): "+
+				"the measured window must span an on and an off window of the cycle (%v) well past their starts",
+				t.ID, settle, time.Duration(plan.Cycle)))
+		}
 		if tr.Completed > 0 && tr.Completed < steadyTail {
 			noun := "orchestrations"
 			if tr.Completed == 1 {

@@ -134,4 +134,16 @@ tenants:
 	require.NoError(t, rep.WriteSummary(&sb))
 	require.Contains(t, sb.String(), "quiet while the on/off loads ran: p50 12.0 ms, p99 12.0 ms (18 due); while they did not: p50 10.0 ms, p99 10.0 ms (18 due); p99 +20%")
 	require.NotContains(t, sb.String(), "noisy while")
+	for _, n := range rep.Notes {
+		require.NotContains(t, n, "no latency in both")
+	}
+
+	// A run too short for an on window says so.
+	short := NewRecorder(t0, t0.Add(5*time.Second))
+	short.splitByWindow(t0, 10*time.Second)
+	short.Record("quiet", "one-activity", t0.Add(2*time.Second), time.Millisecond, nil)
+	rep = buildReport(short, plan, 5)
+	require.Nil(t, rep.Tenants[0].Windows)
+	require.Contains(t, rep.Notes, "quiet has no latency in both on and off windows (each counted from 1s into it): "+
+		"the measured window must span an on and an off window of the cycle (10s) well past their starts")
 }
