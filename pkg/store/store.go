@@ -297,9 +297,13 @@ type EagerLease struct {
 }
 
 // A HeldTurn is the turn of the instance an eager write leases, run before
-// the write commits (EagerLease.Hold). The write may lease nothing (Turn
-// is then not called), or fail after Turn; whatever happens, Done is
-// called once Turn was.
+// the write commits (EagerLease.Hold). A completion's turn runs after its
+// write, which may lease nothing (Turn is then not called); a start's
+// first turn needs nothing the write reads back and runs before it, with
+// no retention (the tenant's policy is not read: a first turn that
+// continues as new prunes nothing, and the chain's next continue-as-new
+// or its end prunes what is due). The write may fail after Turn; whatever
+// happens, Done is called once Turn was.
 type HeldTurn interface {
 	// Turn gets the leased instance, as a claim would have returned it,
 	// and returns the ack of its turn to commit with the write. Nil commits
@@ -308,10 +312,12 @@ type HeldTurn interface {
 	// Done reports the end of the write's transaction. acked: the ack that
 	// Turn returned committed with the write, and result is the turn's own
 	// outcome, as AckOrchestrationItems reports it (nil, or ErrLeaseLost).
-	// Otherwise nothing of the ack was written, and the holder acks (or
-	// abandons) the item on its own, as if it had claimed it: the lease is
-	// its own if the write committed it, lost if the write failed (the
-	// store then makes the write again, without any lease).
+	// Otherwise nothing of the ack was written. With result ErrNotFound,
+	// the write that ran after Turn leased nothing, or failed: the turn is
+	// void, and there is nothing to ack or abandon. Else the holder acks
+	// (or abandons) the item on its own, as if it had claimed it: the
+	// lease is its own if the write committed it, lost if the write failed
+	// (the store then makes the write again, without any lease).
 	Done(ctx context.Context, acked bool, result error)
 }
 

@@ -236,6 +236,36 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 	require.Equal(t, []string{"execution_started", "activity_scheduled", "event_received", "activity_completed", "execution_completed"}, s.history("suspect", 1))
 }
 
+// A start's first turn runs before its write (it needs nothing the write
+// reads back). When the write finds the id taken, the turn is void: it
+// wrote nothing, counts neither as held nor as a lease lost, and the
+// place of the poll it took for its task gets an empty delivery, to look
+// again.
+func TestAFirstTurnWhoseStartCreatedNothingIsVoid(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	handoff := notify.NewHandoff(0)
+	d := s.dispatcher(dispatcher.Config{Handoff: handoff})
+	s.start("taken", "one", 7, nil)
+	wait := handoff.Wait(tenant, "q", time.Minute, 1)
+	wait.Offer()
+
+	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: []byte(`7`)})
+	require.NoError(t, err)
+	e := &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: d.Hold()}
+	_, err = s.store.StartOrchestration(t.Context(), &store.StartOrchestrationParams{TenantID: tenant, InstanceID: "taken",
+		Name: "one", Version: "1", Input: []byte(`7`), Start: store.Message{Kind: kind, Payload: payload}, Eager: e})
+	require.ErrorIs(t, err, store.ErrAlreadyExists)
+	require.False(t, e.Held)
+	require.Empty(t, delivered(t, wait, "the place the void turn took got no word"))
+	require.Zero(t, s.rows("worker_queue"), "a void turn scheduled its task")
+	require.Empty(t, s.history("taken", 1), "a void turn wrote the history of the instance whose id it took")
+	stats := d.Stats()
+	require.Zero(t, stats.Held)
+	require.Zero(t, stats.LeaseLosses)
+	require.Zero(t, stats.Turns)
+}
+
 // An ack that ends its instance hands the instance to the waits for its
 // end (notify.Handoff.AwaitEnd) before the end's hint, as a read right
 // after returns it. An end whose chain the dispatcher prunes right after

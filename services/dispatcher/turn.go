@@ -242,6 +242,13 @@ func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 	// ack must still happen.
 	ctx = context.WithoutCancel(ctx)
 	switch {
+	case !acked && errors.Is(result, store.ErrNotFound):
+		// The write that ran after the turn leased nothing: the turn is void.
+		if h.turn != nil {
+			d.deliver(ctx, h.handed, []*runningTurn{h.turn}, []error{result}, nil)
+			d.endTurn(ctx, h.turn, "void", nil)
+		}
+		return
 	case h.suspect:
 		if err := d.runBatch(ctx, []*store.OrchestrationItem{h.item}); err != nil {
 			d.log.Warn("held turn: suspect turn failed", "error", err)

@@ -4,12 +4,15 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
 
 // heldWrite makes a write that leases its instance eagerly and runs its
-// turn (store.EagerLease), on one connection in two round trips: BEGIN,
+// turn (store.EagerLease), when the turn needs what the write leased read
+// back (a completion's: the instance's history and messages; a start's
+// needs nothing, see heldStart), on one connection in two round trips: BEGIN,
 // the write and LeasedInputs; then the turn's ack and COMMIT. The turn
 // runs in between, so the write and the turn's ack commit together, at
 // READ COMMITTED like each of them alone. write queues the write, and read
@@ -21,29 +24,9 @@ import (
 // so, when its turn ran).
 func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
 	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
-	// failed counts a failed attempt, as retry counts its own, and has the
-	// write made again with no turn.
-	failed := func(err error) (bool, bool, error) {
-		s.countFailed(ctx, err)
-		return false, true, nil
-	}
-	conn, err := s.pool.Acquire(ctx)
+	conn, release, err := s.heldConn(ctx)
 	if err != nil {
-		return failed(err)
-	}
-	// release rolls back what did not commit, and gives the connection
-	// back: before Done, so that the holder's own ack neither waits for the
-	// rows of a failed attempt nor needs a second connection.
-	released := false
-	release := func() {
-		if released {
-			return
-		}
-		released = true
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-		conn.Release()
+		return s.heldFailed(ctx, err)
 	}
 	defer release()
 	b := &pgx.Batch{}
@@ -66,7 +49,7 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 		err = closeErr
 	}
 	if err != nil {
-		return failed(err)
+		return s.heldFailed(ctx, err)
 	}
 	if !done {
 		return false, false, nil
@@ -85,28 +68,102 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	}
 	items, _, err := s.leasedItems(ctx, &leased, e.Token, until)
 	if err != nil || len(items) != 1 {
-		return failed(err)
+		return s.heldFailed(ctx, err)
 	}
 	ack := e.Hold.Turn(ctx, items[0])
-	acked, result, err := s.commitHeld(ctx, conn, ack)
+	acked, result, err := s.commitHeld(ctx, conn, ack, &pgx.Batch{}, nil)
 	release()
 	if err != nil {
 		e.Hold.Done(ctx, false, nil)
-		return failed(err)
+		return s.heldFailed(ctx, err)
 	}
 	e.Held = true
 	e.Hold.Done(ctx, acked, result)
 	return true, false, nil
 }
 
-// commitHeld commits a held turn's ack with the write before it, in one
-// round trip (acked: with the ack, whose outcome is result), or the write
-// alone when there is no ack or the store would refuse it: its holder then
-// acks on its own, and sees the refusal there.
+// heldStart makes an eager start (store.EagerLease) in one round trip:
+// its instance's first turn needs nothing the write would read back (item
+// is what LeasedInputs would read of the instance the write creates), so
+// the turn runs first, and the write, the turn's ack and COMMIT go
+// together, where heldWrite needs two round trips and a read. The ack
+// holds only under the write's lease: a write that created nothing (the
+// id taken, the tenant at its cap) left the ack nothing to write, and a
+// failed one committed neither. Done then hears ErrNotFound: the turn is
+// void, and the write is made again without it after a failure.
+func (s *Store) heldStart(ctx context.Context, e *store.EagerLease, item *store.OrchestrationItem,
+	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
+	ack := e.Hold.Turn(ctx, item)
+	conn, release, err := s.heldConn(ctx)
+	if err != nil {
+		e.Hold.Done(ctx, false, store.ErrNotFound)
+		return s.heldFailed(ctx, err)
+	}
+	defer release()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	write(b)
+	acked, result, err := s.commitHeld(ctx, conn, ack, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		var err error
+		done, err = read(br)
+		return err
+	})
+	release()
+	switch {
+	case err != nil:
+		e.Hold.Done(ctx, false, store.ErrNotFound)
+		return s.heldFailed(ctx, err)
+	case !done:
+		e.Hold.Done(ctx, false, store.ErrNotFound)
+		return false, false, nil
+	}
+	e.Held = true
+	e.Hold.Done(ctx, acked, result)
+	return true, false, nil
+}
+
+// heldConn acquires the connection of a held write. Its release rolls
+// back what did not commit, and gives the connection back: called before
+// Done, so that the holder's own ack neither waits for the rows of a
+// failed attempt nor needs a second connection; called again, it does
+// nothing.
+func (s *Store) heldConn(ctx context.Context) (*pgxpool.Conn, func(), error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	released := false
+	return conn, func() {
+		if released {
+			return
+		}
+		released = true
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		conn.Release()
+	}, nil
+}
+
+// heldFailed counts a failed attempt of a held write, as retry counts its
+// own, and has the write made again with no turn.
+func (s *Store) heldFailed(ctx context.Context, err error) (done, again bool, _ error) {
+	s.countFailed(ctx, err)
+	return false, true, nil
+}
+
+// commitHeld commits a held turn's ack, in one round trip with what b
+// holds before it (the write, or nothing when the write went before), and
+// read reads that (nil: nothing to read). acked: the ack went with it,
+// and its outcome is result. The write commits alone when there is no ack
+// or the store would refuse it: its holder then acks on its own, and sees
+// the refusal there.
 func (s *Store) commitHeld(ctx context.Context, conn interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, ack *store.AckOrchestrationItemParams) (acked bool, result error, err error) {
-	b := &pgx.Batch{}
+}, ack *store.AckOrchestrationItemParams, b *pgx.Batch, read func(br pgx.BatchResults) error) (acked bool, result error, err error) {
 	var before, after int
 	acked = ack != nil && validateAck(ack) == nil && validToken(ack.Lease.Token) && validToken(ack.MessageIDs...)
 	if acked {
@@ -116,6 +173,11 @@ func (s *Store) commitHeld(ctx context.Context, conn interface {
 	br := conn.SendBatch(ctx, b)
 	var wrote *store.AckedInstance
 	err = func() error {
+		if read != nil {
+			if err := read(br); err != nil {
+				return err
+			}
+		}
 		if acked {
 			ok, err := readAck(br, before, after)
 			if err != nil {

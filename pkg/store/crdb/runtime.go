@@ -73,12 +73,13 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	var created bool
 	again := true
 	if p.Eager != nil {
-		created, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
+		first := firstItem(p, uuid.NewString(), now, until)
+		created, again, err = s.heldStart(ctx, p.Eager, first, func(b *pgx.Batch) {
 			b.Queue(sqlStartOrchestration, namedArgs{
 				"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 				"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
-				"trace_context": p.TraceContext, "retention": p.Retention, "shard": countShard(), "max_running": p.MaxRunning,
-				"lease_token": p.Eager.Token, "leased_until": until})
+				"message_id": first.Messages[0].ID, "trace_context": p.TraceContext, "retention": p.Retention,
+				"shard": countShard(), "max_running": p.MaxRunning, "lease_token": p.Eager.Token, "leased_until": until})
 		}, func(br pgx.BatchResults) (bool, error) {
 			tag, err := br.Exec()
 			return tag.RowsAffected() == 1, err
@@ -96,6 +97,23 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		return nil, s.startRefusal(ctx, p)
 	}
 	return &store.StartOrchestrationResult{ExecutionID: 1, CreatedAt: fromMillis(now)}, nil
+}
+
+// firstItem is what LeasedInputs would read of the instance an eager start
+// creates, leased under its token until until, with its start message of
+// id messageID: the item of its first turn (heldStart), but for the
+// retention, which is none (store.HeldTurn).
+func firstItem(p *store.StartOrchestrationParams, messageID string, now, until int64) *store.OrchestrationItem {
+	at := fromMillis(now)
+	return &store.OrchestrationItem{
+		Lease: store.OrchestrationLease{TenantID: p.TenantID, InstanceID: p.InstanceID, Token: p.Eager.Token, ExpiresAt: fromMillis(until)},
+		Instance: store.Instance{TenantID: p.TenantID, InstanceID: p.InstanceID, Name: p.Name, Version: p.Version,
+			Status: store.StatusRunning, CurrentExecutionID: 1, RootInstanceID: p.InstanceID, Input: p.Input,
+			Tags: tagsOf(p.Tags), Retention: p.Retention, CreatedAt: at, UpdatedAt: at, ExecutionCount: 1},
+		Messages: []store.QueuedMessage{{ID: messageID, InstanceID: p.InstanceID, ExecutionID: 1, Message: p.Start,
+			VisibleAt: at, CreatedAt: at, TraceContext: p.TraceContext}},
+		Claims: 1,
+	}
 }
 
 // startRefusal says why a start created nothing: its id is taken, else the

@@ -21,8 +21,9 @@ func eager() (*store.EagerLease, *holder) {
 // requireLeasedAsAClaim checks that an item an eager start or completion
 // leased is what a claim of its instance returns, field by field: it lets
 // go of the eager lease, claims the instance, and compares. Only the
-// token differs. It returns the claim's item.
-func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationItem) *store.OrchestrationItem {
+// token differs, and, for a start's first turn (first), the retention,
+// which is none (store.HeldTurn). It returns the claim's item.
+func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationItem, first bool) *store.OrchestrationItem {
 	h.t.Helper()
 	require.NotNil(h.t, got, "nothing was leased eagerly")
 	require.Nil(h.t, h.fetch(tenant), "a claim took an instance leased eagerly")
@@ -37,9 +38,13 @@ func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationI
 	require.Equal(h.t, want.Messages, got.Messages, "messages (ids included)")
 	require.Equal(h.t, want.Claims, got.Claims, "claims")
 	require.Equal(h.t, want.Strikes, got.Strikes, "strikes")
-	require.Equal(h.t, want.Retention, got.Retention, "retention")
-	// Nothing else: the whole item, but for the token.
 	cp := *got
+	if first {
+		require.Zero(h.t, got.Retention, "a first turn's retention")
+		cp.Retention = want.Retention
+	}
+	require.Equal(h.t, want.Retention, cp.Retention, "retention")
+	// Nothing else: the whole item, but for the token.
 	cp.Lease.Token = want.Lease.Token
 	require.Equal(h.t, *want, cp)
 	return want
@@ -69,7 +74,7 @@ func testEagerStart(t *testing.T, h *harness) {
 	require.NotNil(t, r.item)
 	require.Equal(t, e.Token, r.item.Lease.Token)
 	h.invariants()
-	item := h.requireLeasedAsAClaim(tenant, r.item)
+	item := h.requireLeasedAsAClaim(tenant, r.item, true)
 	h.ack(turn(item))
 
 	// Its ack is the ack of a claim's item.
@@ -80,11 +85,20 @@ func testEagerStart(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), h.instance(tenant, "acked").EventCount)
 	require.Nil(t, h.fetch(tenant), "an eager start's message came back after its ack")
 
-	// A start refused leases nothing.
+	// A start refused leases nothing: its turn, which ran first, is void,
+	// and wrote nothing.
+	before, history := h.instance(tenant, "order"), h.history(tenant, "order", 1)
 	e, r = eager()
+	r.ackOf = turn
 	_, err = start("order", e)
 	require.ErrorIs(t, err, store.ErrAlreadyExists)
-	require.Nil(t, r.item)
+	require.Equal(t, 1, r.dones)
+	require.False(t, r.acked)
+	require.ErrorIs(t, r.result, store.ErrNotFound)
+	require.False(t, e.Held)
+	require.Equal(t, before, h.instance(tenant, "order"), "a void turn wrote to the instance whose id it took")
+	require.Equal(t, history, h.history(tenant, "order", 1))
+	h.invariants()
 
 	// A lease that lapses (its loop is gone) is a claim's to take: the
 	// second claim in a row, a suspect.
@@ -124,7 +138,7 @@ func testEagerCompletion(t *testing.T, h *harness) {
 	require.NoError(t, complete(first, e))
 	require.NotNil(t, r.item)
 	h.invariants()
-	item := h.requireLeasedAsAClaim(tenant, r.item)
+	item := h.requireLeasedAsAClaim(tenant, r.item, false)
 	require.Len(t, item.History, 3)
 
 	// The instance is leased (by the claim above): the second completion

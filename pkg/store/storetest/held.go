@@ -56,8 +56,8 @@ func requireAcked(t *testing.T, e *store.EagerLease, r *holder) {
 // turn's ack with the instance. An ack the store refuses leaves the
 // instance leased to its holder, who acks on its own; an ack that fails in
 // the database takes nothing of the start with it: the start is made again,
-// free for a claim, and the holder's lease is lost. (A refused start runs
-// no turn: EagerStart.)
+// free for a claim, and the holder's lease is lost. (A refused start's
+// turn is void: EagerStart.)
 func testHeldStart(t *testing.T, h *harness) {
 	tenant := h.tenant("acme")
 	start := func(id string, e *store.EagerLease) error {

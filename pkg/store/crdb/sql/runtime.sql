@@ -27,7 +27,9 @@
 -- start), its place in the status counters (shard @shard), its tags and the
 -- start message, in one statement; nothing when the id is taken, or when
 -- @max_running (unless NULL) is no more than the tenant's running
--- instances. An eager start's LeasedInputs follows in its transaction.
+-- instances. The start message's id is @message_id: an eager start's turn
+-- runs before the statement, and its ack, which follows in the same
+-- transaction, consumes the message by that id.
 -- Starts that no idle loop waits for go batched (StartOrchestrations).
 WITH i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
@@ -63,8 +65,8 @@ WITH i AS (
 		SET tag_value = excluded.tag_value, created_at = excluded.created_at
 	RETURNING 1
 )
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
-SELECT @tenant_id, instance_id, 1, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM i;
+INSERT INTO orchestrator_queue (tenant_id, instance_id, id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, instance_id, @message_id::UUID, 1, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM i;
 
 -- name: StartOrchestrations
 -- StartOrchestration for starts that no idle loop waits for, batched
