@@ -98,6 +98,18 @@ func testEagerStart(t *testing.T, h *harness) {
 	require.False(t, e.Held)
 	require.Equal(t, before, h.instance(tenant, "order"), "a void turn wrote to the instance whose id it took")
 	require.Equal(t, history, h.history(tenant, "order", 1))
+	// And one the tenant's cap refuses: its turn is void too, and no
+	// instance of it is left.
+	e, r = eager()
+	r.ackOf = turn
+	_, err = h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{TenantID: tenant, InstanceID: "capped",
+		Name: "order", Version: "1", MaxRunning: new(int64(0)), Start: store.Message{Kind: kindStart}, Eager: e})
+	require.ErrorIs(t, err, store.ErrTooManyRunning)
+	require.Equal(t, 1, r.dones)
+	require.ErrorIs(t, r.result, store.ErrNotFound)
+	require.False(t, e.Held)
+	_, err = h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: tenant, InstanceID: "capped"})
+	require.ErrorIs(t, err, store.ErrNotFound)
 	h.invariants()
 
 	// A lease that lapses (its loop is gone) is a claim's to take: the
