@@ -243,7 +243,8 @@ func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 	ctx = context.WithoutCancel(ctx)
 	switch {
 	case !acked && errors.Is(result, store.ErrNotFound):
-		// The write that ran after the turn leased nothing: the turn is void.
+		// The write that ran after the turn leased nothing, or failed: the
+		// turn is void.
 		if h.turn != nil {
 			d.deliver(ctx, h.handed, []*runningTurn{h.turn}, []error{result}, nil)
 			d.endTurn(ctx, h.turn, "void", nil)

@@ -10,18 +10,18 @@ import (
 )
 
 // heldWrite makes a write that leases its instance eagerly and runs its
-// turn (store.EagerLease), when the turn needs what the write leased read
-// back (a completion's: the instance's history and messages; a start's
-// needs nothing, see heldStart), on one connection in two round trips: BEGIN,
-// the write and LeasedInputs; then the turn's ack and COMMIT. The turn
-// runs in between, so the write and the turn's ack commit together, at
-// READ COMMITTED like each of them alone. write queues the write, and read
-// reads its result and says whether it took effect (when it did not,
-// nothing is committed). A write that leased no instance a turn can take
-// (leased already, or with nothing to consume) commits alone. The attempt
-// is not retried here: again says that it committed nothing, and that the
-// caller is to make the write again, with no lease (Done told the holder
-// so, when its turn ran).
+// turn (store.EagerLease), for a turn that needs what the write leased (a
+// completion's turn reads the instance's history and messages; a start's
+// needs nothing, see heldStart). It runs on one connection in two round
+// trips: BEGIN, the write and LeasedInputs; then the turn's ack and
+// COMMIT. The turn runs in between, so the write and the turn's ack
+// commit together, at READ COMMITTED like each of them alone. write
+// queues the write, and read reads its result and says whether it took
+// effect (when it did not, nothing is committed). A write that leased no
+// instance a turn can take (leased already, or with nothing to consume)
+// commits alone. The attempt is not retried here: again says that it
+// committed nothing, and that the caller is to make the write again, with
+// no lease (Done told the holder so, when its turn ran).
 func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
 	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
 	conn, release, err := s.heldConn(ctx)
