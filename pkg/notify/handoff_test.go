@@ -187,7 +187,8 @@ type heldTurn struct{ n int }
 func (*heldTurn) Turn(context.Context, *store.OrchestrationItem) *store.AckOrchestrationItemParams {
 	return nil
 }
-func (*heldTurn) Done(context.Context, bool, error) {}
+func (*heldTurn) Done(context.Context, bool, error)                    {}
+func (*heldTurn) Ahead(string, string, int64) *store.OrchestrationItem { return nil }
 
 // A loop's place offers its loop's held turns, a new one each time; a
 // taker that ran one gives the place back: offered again, its loop not

@@ -137,6 +137,11 @@ type OrchestrationItem struct {
 	// Retention governs the instance as of the fetch: its tenant's policy
 	// for its name, with its own override (Instance.Retention) over it.
 	Retention Retention
+	// RetentionUnread: no policy was read for the item, and Retention is
+	// none. So it is with a turn that runs before its write (HeldTurn):
+	// what needs the retention then reads the tenant's policy (GetTenant)
+	// for Instance.Name, with Instance.Retention over it.
+	RetentionUnread bool
 }
 
 // WorkLease identifies the lease a worker holds on an activity task.
@@ -291,6 +296,16 @@ type EagerLease struct {
 	Duration time.Duration
 	// Hold runs the leased instance's turn inside the write's transaction.
 	Hold HeldTurn
+	// Ahead, for a completion (AckWorkItem), is its instance's item as
+	// Hold's last ack of it left it (HeldTurn.Ahead). The completion's
+	// turn then runs before its write, on Ahead and the completion's own
+	// message, and the write, the turn's ack and COMMIT go in one round
+	// trip. The turn holds only if, once the write leased the instance,
+	// the instance is as Ahead has it: on the same execution, with the
+	// same events, executions and update time, not being deleted, with no
+	// other visible message, and its lease was neither held nor lapsed.
+	// Otherwise the turn is void, and the completion commits alone.
+	Ahead *OrchestrationItem
 	// Held is set by the call when Hold's turn ran in the write's
 	// transaction, which committed: Hold.Done was called.
 	Held bool
@@ -298,12 +313,12 @@ type EagerLease struct {
 
 // A HeldTurn is the turn of the instance an eager write leases, run before
 // the write commits (EagerLease.Hold). A completion's turn runs after its
-// write, which may lease nothing (Turn is then not called); a start's
-// first turn needs nothing the write reads back and runs before it, with
-// no retention (the tenant's policy is not read: a first turn that
-// continues as new prunes nothing, and the chain's next continue-as-new
-// or its end prunes what is due). The write may fail after Turn; whatever
-// happens, Done is called once Turn was.
+// write, which may lease nothing (Turn is then not called), or before it
+// (EagerLease.Ahead); a start's first turn needs nothing the write reads
+// back and runs before it. A turn that runs before its write gets an
+// item whose retention was not read (OrchestrationItem.RetentionUnread).
+// The write may fail after Turn; whatever happens, Done is called once
+// Turn was.
 type HeldTurn interface {
 	// Turn gets the leased instance, as a claim would have returned it,
 	// and returns the ack of its turn to commit with the write. Nil commits
@@ -313,12 +328,19 @@ type HeldTurn interface {
 	// Turn returned committed with the write, and result is the turn's own
 	// outcome, as AckOrchestrationItems reports it (nil, or ErrLeaseLost).
 	// Otherwise nothing of the ack was written. With result ErrNotFound,
-	// the write that ran after Turn leased nothing, or failed: the turn is
+	// the write that ran after Turn leased nothing (or, after an Ahead
+	// item's turn, found the instance changed), or failed: the turn is
 	// void, and there is nothing to ack or abandon. Else the holder acks
 	// (or abandons) the item on its own, as if it had claimed it: the
 	// lease is its own if the write committed it, lost if the write failed
 	// (the store then makes the write again, without any lease).
 	Done(ctx context.Context, acked bool, result error)
+	// Ahead returns, for the caller of a completion's write
+	// (EagerLease.Ahead), the instance's item as the holder's last ack of
+	// it left it, without messages, when the holder knows it and its
+	// current execution is execution; nil otherwise. An item is given
+	// once.
+	Ahead(tenant, instance string, execution int64) *OrchestrationItem
 }
 
 // StartOrchestrationResult tells what was created.
@@ -436,6 +458,7 @@ type AckOrchestrationItemParams struct {
 // turn did not decide: with the instance as its turn was fetched and the
 // turn's own outcome, the instance as a read right after the ack returns
 // it (name, version, parent, input, tags and retention do not change).
+// UpdatedAt is also when the events the ack appended were created.
 type AckedInstance struct {
 	UpdatedAt, CompletedAt     time.Time
 	ExecutionCount, EventCount int64
@@ -456,6 +479,26 @@ func (p *AckOrchestrationItemParams) AckedInstance(fetched Instance) (Instance, 
 	in.UpdatedAt, in.CompletedAt = p.Acked.UpdatedAt, p.Acked.CompletedAt
 	in.ExecutionCount, in.EventCount = p.Acked.ExecutionCount, p.Acked.EventCount
 	return in, true
+}
+
+// Next returns the item of the instance's next turn as p's committed ack
+// left it, from the item p's turn was fetched with: the instance
+// (AckedInstance), and its execution's history with the turn's events
+// appended at the ack's update time; no lease, messages or retention.
+// False when the ack did not commit, or did not leave the instance
+// running on the same execution.
+func (p *AckOrchestrationItemParams) Next(fetched *OrchestrationItem) (*OrchestrationItem, bool) {
+	in, ok := p.AckedInstance(fetched.Instance)
+	if !ok || in.Status != StatusRunning || in.CurrentExecutionID != fetched.Instance.CurrentExecutionID {
+		return nil, false
+	}
+	h := make([]HistoryEvent, 0, len(fetched.History)+len(p.History))
+	h = append(h, fetched.History...)
+	for _, ev := range p.History {
+		ev.CreatedAt = p.Acked.UpdatedAt
+		h = append(h, ev)
+	}
+	return &OrchestrationItem{Instance: in, History: h}, true
 }
 
 // ContinueAsNew describes the next execution of a continue-as-new chain.

@@ -167,7 +167,11 @@ func (w *workerService) HeartbeatActivityTask(ctx context.Context, req *connect.
 	return connect.NewResponse(&orchardv1.HeartbeatActivityTaskResponse{LeaseExpiresAt: timestamp(until)}), nil
 }
 
-func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engine.Message) error {
+// ack completes a task with msg, its result for its instance. With an idle
+// loop's place, the instance's next turn runs in the write, before it when
+// the loop's dispatcher still has the instance as its last ack left it
+// (store.EagerLease.Ahead).
+func (w *workerService) ack(ctx context.Context, tok *taskToken, lease store.WorkLease, msg engine.Message) error {
 	kind, body, err := engine.EncodeMessage(msg)
 	if err != nil {
 		return err
@@ -175,6 +179,9 @@ func (w *workerService) ack(ctx context.Context, lease store.WorkLease, msg engi
 	place := w.s.handoff.TakeIdle(lease.TenantID)
 	p := &store.AckWorkItemParams{Lease: lease, Result: &store.Message{Kind: kind, Payload: body},
 		TraceContext: traceparent.Of(ctx), Eager: eagerLease(place)}
+	if e := p.Eager; e != nil {
+		e.Ahead = e.Hold.Ahead(lease.TenantID, tok.InstanceID, tok.ExecutionID)
+	}
 	err = w.s.store.AckWorkItem(ctx, p)
 	if !w.s.handOver(place, p.Eager) && err == nil {
 		w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
@@ -219,7 +226,7 @@ func (w *workerService) CompleteActivityTask(ctx context.Context, req *connect.R
 	if err != nil {
 		return nil, err
 	}
-	err = w.ack(ctx, lease, engine.ActivityCompletedMessage{
+	err = w.ack(ctx, tok, lease, engine.ActivityCompletedMessage{
 		ExecutionID: tok.ExecutionID, ActivityID: tok.ActivityID, Attempt: tok.Attempt, Result: result,
 	})
 	if err != nil {
@@ -244,7 +251,7 @@ func (w *workerService) FailActivityTask(ctx context.Context, req *connect.Reque
 	if kind == "" {
 		kind = failureKind
 	}
-	err = w.ack(ctx, lease, engine.ActivityFailedMessage{
+	err = w.ack(ctx, tok, lease, engine.ActivityFailedMessage{
 		ExecutionID: tok.ExecutionID, ActivityID: tok.ActivityID, Attempt: tok.Attempt,
 		Failure: engine.Failure{Kind: kind, Message: f.Message, NonRetryable: !req.Msg.Retryable},
 	})

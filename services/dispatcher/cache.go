@@ -81,3 +81,70 @@ func (c *policyCache) tenantLimits(ctx context.Context, tenant string) (store.Li
 
 // stop ends the caches' expiry goroutines.
 func (c *policyCache) stop() { c.limits.StopAllGoroutines() }
+
+// aheadBytes bounds the memory of a dispatcher's items ahead, by their
+// histories' payloads; an item of more than a sixteenth of it is not kept.
+const aheadBytes = 32 << 20
+
+type instanceKey struct{ tenant, instance string }
+
+// aheadCache keeps, for the instances this dispatcher's acks left running,
+// the item of their next turn but for its messages (store.Next), for the
+// completions of this process to run that turn before their write
+// (store.EagerLease.Ahead). An item is given once: the turn it serves
+// leaves the next one, and a turn that did not run from it (another
+// message came first, or another process took the instance) leaves this
+// one stale, which the store finds out (the turn is then void).
+type aheadCache struct {
+	items *otter.Cache[instanceKey, *store.OrchestrationItem]
+}
+
+func newAheadCache() *aheadCache {
+	return &aheadCache{items: otter.Must(&otter.Options[instanceKey, *store.OrchestrationItem]{
+		MaximumWeight: aheadBytes,
+		Weigher:       func(_ instanceKey, it *store.OrchestrationItem) uint32 { return uint32(itemBytes(it)) },
+	})}
+}
+
+// itemBytes is about what an item holds in memory.
+func itemBytes(it *store.OrchestrationItem) int {
+	n := 256 + len(it.Instance.Input)
+	for _, ev := range it.History {
+		n += 64 + len(ev.Kind) + len(ev.Payload)
+	}
+	return n
+}
+
+// put keeps the next turn's item of a turn whose ack committed (ack.Acked),
+// fetched as it.
+func (c *aheadCache) put(it *store.OrchestrationItem, ack *store.AckOrchestrationItemParams) {
+	if c == nil {
+		return
+	}
+	key := instanceKey{it.Lease.TenantID, it.Lease.InstanceID}
+	next, ok := ack.Next(it)
+	if !ok || itemBytes(next) > aheadBytes/16 {
+		c.items.Invalidate(key)
+		return
+	}
+	c.items.Set(key, next)
+}
+
+// take gives the item kept for an instance on its execution, once.
+func (c *aheadCache) take(tenant, instance string, execution int64) *store.OrchestrationItem {
+	if c == nil {
+		return nil
+	}
+	it, ok := c.items.Invalidate(instanceKey{tenant, instance})
+	if !ok || it.Instance.CurrentExecutionID != execution {
+		return nil
+	}
+	return it
+}
+
+// drop forgets an instance.
+func (c *aheadCache) drop(tenant, instance string) {
+	if c != nil {
+		c.items.Invalidate(instanceKey{tenant, instance})
+	}
+}

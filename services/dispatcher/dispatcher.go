@@ -157,6 +157,7 @@ type Dispatcher struct {
 	metrics  *Metrics
 	defs     *definitionCache
 	policies *policyCache
+	ahead    *aheadCache
 
 	mu         sync.Mutex
 	started    bool
@@ -192,7 +193,7 @@ type Dispatcher struct {
 
 // stats counts what the loops did, for Stats.
 type stats struct {
-	turns, fetches, fetchWaits, emptyPolls, leaseLosses, running, held atomic.Int64
+	turns, fetches, fetchWaits, emptyPolls, leaseLosses, running, held, ahead atomic.Int64
 	// loopEmptyPolls counts each loop's empty fetches.
 	loopEmptyPolls []atomic.Int64
 }
@@ -222,6 +223,10 @@ type Stats struct {
 	// Held is the number of turns run in an idle loop's place inside the
 	// write that made their instance due (Hold).
 	Held int64
+	// Ahead is the number of those that ran before their write, on their
+	// instance as this dispatcher's last ack of it left it (a completion's
+	// turn: store.EagerLease.Ahead).
+	Ahead int64
 }
 
 // New checks the config and builds a dispatcher.
@@ -241,6 +246,9 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.stats.loopEmptyPolls = make([]atomic.Int64, d.activeLoops())
 	d.defs = newDefinitionCache(cfg.Store, cfg.DefinitionCacheSize)
 	d.policies = newPolicyCache(cfg.Store, cfg.PolicyTTL)
+	if cfg.Handoff != nil {
+		d.ahead = newAheadCache()
+	}
 	return d, nil
 }
 
@@ -323,6 +331,7 @@ func (d *Dispatcher) Stats() Stats {
 		LeaseLosses:      d.stats.leaseLosses.Load(),
 		Running:          d.stats.running.Load(),
 		Held:             d.stats.held.Load(),
+		Ahead:            d.stats.ahead.Load(),
 		EmptyPollsByLoop: make([]int64, len(d.stats.loopEmptyPolls)),
 	}
 	for i := range d.stats.loopEmptyPolls {

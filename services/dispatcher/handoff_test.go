@@ -188,33 +188,19 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 	}
 	start := func(id string) {
 		t.Helper()
-		kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: []byte(`7`)})
-		require.NoError(t, err)
 		e := held()
-		_, err = s.store.StartOrchestration(ctx, &store.StartOrchestrationParams{TenantID: tenant, InstanceID: id, Name: "one",
-			Version: "1", Input: []byte(`7`), Start: store.Message{Kind: kind, Payload: payload}, Eager: e})
-		require.NoError(t, err)
+		s.startEager(id, "one", 7, nil, e)
 		require.True(t, e.Held, "the start's turn was not held")
-	}
-	task := func() *store.WorkItem {
-		t.Helper()
-		items, err := s.store.FetchWorkItems(ctx, &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: "q", LeaseDuration: time.Minute, Max: 1})
-		require.NoError(t, err)
-		require.Len(t, items, 1, "the first turn scheduled no task")
-		return items[0]
 	}
 	complete := func(w *store.WorkItem) *store.EagerLease {
 		t.Helper()
-		kind, body, err := engine.EncodeMessage(engine.ActivityCompletedMessage{ExecutionID: w.ExecutionID, ActivityID: w.ActivityID,
-			Attempt: w.Attempt, Result: w.Input})
-		require.NoError(t, err)
 		e := held()
-		require.NoError(t, s.store.AckWorkItem(ctx, &store.AckWorkItemParams{Lease: w.Lease, Result: &store.Message{Kind: kind, Payload: body}, Eager: e}))
+		s.complete(w, e)
 		return e
 	}
 
 	start("plain")
-	e := complete(task())
+	e := complete(s.task())
 	require.True(t, e.Held, "the completion's turn was not held")
 	require.Equal(t, store.StatusCompleted, s.instance("plain").Status)
 	require.Equal(t, int64(2), d.Stats().Held)
@@ -222,7 +208,7 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 
 	// A suspect: an event made it due, a claim took it and lapsed.
 	start("suspect")
-	w := task()
+	w := s.task()
 	s.raise("suspect", "nudge", 1)
 	claimed, err := s.store.FetchOrchestrationItem(ctx, &store.FetchOrchestrationItemParams{TenantID: tenant, LeaseDuration: time.Minute})
 	require.NoError(t, err)
@@ -234,6 +220,93 @@ func TestATurnHeldInAWriteRunsThere(t *testing.T) {
 	require.Equal(t, store.StatusCompleted, in.Status, "the suspect's turn did not run after the commit")
 	require.Equal(t, int64(3), d.Stats().Held, "a suspect's turn counted as held in the write")
 	require.Equal(t, []string{"execution_started", "activity_scheduled", "event_received", "activity_completed", "execution_completed"}, s.history("suspect", 1))
+}
+
+// task leases the one task of queue q.
+func (s *system) task() *store.WorkItem {
+	s.t.Helper()
+	items, err := s.store.FetchWorkItems(s.t.Context(), &store.FetchWorkItemsParams{TenantID: tenant, TaskQueue: "q",
+		LeaseDuration: time.Minute, Max: 1})
+	require.NoError(s.t, err)
+	require.Len(s.t, items, 1, "no task was scheduled")
+	return items[0]
+}
+
+// complete completes a task with its input as its result, under e.
+func (s *system) complete(w *store.WorkItem, e *store.EagerLease) {
+	s.t.Helper()
+	kind, body, err := engine.EncodeMessage(engine.ActivityCompletedMessage{ExecutionID: w.ExecutionID, ActivityID: w.ActivityID,
+		Attempt: w.Attempt, Result: w.Input})
+	require.NoError(s.t, err)
+	require.NoError(s.t, s.store.AckWorkItem(s.t.Context(), &store.AckWorkItemParams{Lease: w.Lease,
+		Result: &store.Message{Kind: kind, Payload: body}, Eager: e}))
+}
+
+// A completion's turn runs before its write when the dispatcher has the
+// instance as its last ack of it left it (store.EagerLease.Ahead): the
+// write and the turn's ack commit together. An instance that changed
+// since (an event came) leaves that turn void: the completion commits
+// alone, and a loop's claim runs the turn on both messages.
+func TestACompletionsTurnRunsAheadOfItsWrite(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	d := s.dispatcher(dispatcher.Config{Handoff: notify.NewHandoff(0)})
+	eager := func(w *store.WorkItem) *store.EagerLease {
+		t.Helper()
+		hold := d.Hold()
+		e := &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: hold}
+		if w != nil {
+			e.Ahead = hold.Ahead(tenant, w.InstanceID, w.ExecutionID)
+			require.NotNil(t, e.Ahead, "the first turn's ack left no item ahead")
+		}
+		return e
+	}
+
+	s.startEager("ahead", "one", 7, nil, eager(nil))
+	w := s.task()
+	e := eager(w)
+	s.complete(w, e)
+	require.True(t, e.Held)
+	require.Equal(t, store.StatusCompleted, s.instance("ahead").Status)
+	require.Equal(t, []string{"execution_started", "activity_scheduled", "activity_completed", "execution_completed"}, s.history("ahead", 1))
+	stats := d.Stats()
+	require.Equal(t, int64(2), stats.Held)
+	require.Equal(t, int64(1), stats.Ahead)
+	require.Nil(t, d.Hold().Ahead(tenant, "ahead", 1), "an ended instance's item was kept")
+
+	s.startEager("changed", "one", 7, nil, eager(nil))
+	w = s.task()
+	s.raise("changed", "nudge", 1)
+	e = eager(w)
+	s.complete(w, e)
+	require.False(t, e.Held, "a turn on an instance that changed held")
+	require.Equal(t, store.StatusRunning, s.instance("changed").Status)
+	require.Nil(t, d.Hold().Ahead(tenant, "changed", 1), "an item was given twice")
+	stats = d.Stats()
+	require.Equal(t, int64(3), stats.Held)
+	require.Equal(t, int64(1), stats.Ahead)
+	require.Zero(t, stats.LeaseLosses)
+	s.startDispatcher(d)
+	require.Equal(t, store.StatusCompleted, s.waitDone("changed").Status)
+	require.Equal(t, []string{"execution_started", "activity_scheduled", "event_received", "activity_completed", "execution_completed"},
+		s.history("changed", 1))
+	require.Equal(t, int64(1), d.Stats().Ahead)
+}
+
+// A turn that runs before its write reads no retention; one that continues
+// as new reads the tenant's policy then, and prunes as it says.
+func TestAFirstTurnThatContinuesAsNewPrunesByThePolicy(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, counterDef)
+	s.autoPruneKeeping(1)
+	d := s.dispatcher(dispatcher.Config{})
+	e := &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: d.Hold()}
+	s.startEager("c", "counter", map[string]any{"n": 98}, nil, e)
+	require.True(t, e.Held)
+	executions, err := s.store.ListExecutions(t.Context(), &store.ListExecutionsParams{TenantID: tenant, InstanceID: "c"})
+	require.NoError(t, err)
+	require.Len(t, executions, 1, "the first execution was kept")
+	require.Equal(t, int64(2), executions[0].ExecutionID)
 }
 
 // A start's first turn runs before its write (it needs nothing the write

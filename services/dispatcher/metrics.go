@@ -20,7 +20,7 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	var ms Metrics
 	var err error
 	if ms.turns, err = m.Int64Counter("orchard.dispatcher.turns",
-		metric.WithDescription("Orchestration turns, by outcome (the execution's status after the turn, lease_lost, abandoned, or void: an eager start's first turn whose start created nothing or failed).")); err != nil {
+		metric.WithDescription("Orchestration turns, by outcome (the execution's status after the turn, lease_lost, abandoned, or void: a turn run before its eager write, which leased nothing, found the instance changed, or failed).")); err != nil {
 		return nil, err
 	}
 	if ms.turnSeconds, err = m.Float64Histogram("orchard.dispatcher.turn.duration", metric.WithUnit("s"),

@@ -143,6 +143,12 @@ func (s *system) worker(h testworker.Handler, queues ...string) *testworker.Work
 // start starts an instance of the latest version of a definition.
 func (s *system) start(id, name string, input any, retention *store.Retention) {
 	s.t.Helper()
+	s.startEager(id, name, input, retention, nil)
+}
+
+// startEager is start with an eager lease (nil: none).
+func (s *system) startEager(id, name string, input any, retention *store.Retention, e *store.EagerLease) {
+	s.t.Helper()
 	def, err := s.store.GetDefinition(s.t.Context(), &store.GetDefinitionParams{TenantID: tenant, Name: name})
 	version := ""
 	if err == nil {
@@ -154,7 +160,7 @@ func (s *system) start(id, name string, input any, retention *store.Retention) {
 	require.NoError(s.t, err)
 	_, err = s.store.StartOrchestration(s.t.Context(), &store.StartOrchestrationParams{
 		TenantID: tenant, InstanceID: id, Name: name, Version: version, Input: raw, Retention: retention,
-		Start: store.Message{Kind: kind, Payload: payload},
+		Start: store.Message{Kind: kind, Payload: payload}, Eager: e,
 	})
 	require.NoError(s.t, err)
 }

@@ -162,6 +162,7 @@ func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns 
 	d.deliver(ctx, handed, turns, results, err)
 	if err != nil {
 		for _, t := range turns {
+			d.ahead.drop(t.item.Lease.TenantID, t.item.Lease.InstanceID)
 			d.endTurn(ctx, t, "abandoned", err)
 			d.abandon(ctx, t.item, failureBackoff().NextBackOff())
 		}
@@ -172,6 +173,9 @@ func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns 
 		it := t.item
 		if results[i] == nil {
 			hints = appendHints(hints, t.ack)
+			d.ahead.put(it, t.ack)
+		} else {
+			d.ahead.drop(it.Lease.TenantID, it.Lease.InstanceID)
 		}
 		switch {
 		case errors.Is(results[i], store.ErrLeaseLost):
@@ -214,8 +218,10 @@ type heldTurn struct {
 	// suspect: the instance's lease lapsed before (runSuspect); its turn
 	// runs after the commit, struck first, as a loop runs it.
 	suspect bool
-	turn    *runningTurn // nil when the turn failed, or did not run
-	handed  []*handover
+	// ahead: Ahead gave the item the turn runs on.
+	ahead  bool
+	turn   *runningTurn // nil when the turn failed, or did not run
+	handed []*handover
 }
 
 // Hold returns a turn to run inside an API call's write (see heldTurn).
@@ -236,6 +242,12 @@ func (h *heldTurn) Turn(ctx context.Context, it *store.OrchestrationItem) *store
 	return t.ack
 }
 
+func (h *heldTurn) Ahead(tenant, instance string, execution int64) *store.OrchestrationItem {
+	it := h.d.ahead.take(tenant, instance, execution)
+	h.ahead = it != nil
+	return it
+}
+
 func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 	d := h.d
 	// The API call's context may end with its response; what follows the
@@ -243,8 +255,8 @@ func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 	ctx = context.WithoutCancel(ctx)
 	switch {
 	case !acked && errors.Is(result, store.ErrNotFound):
-		// The write that ran after the turn leased nothing, or failed: the
-		// turn is void.
+		// The write that ran after the turn leased nothing (or not the
+		// instance as the turn had it), or failed: the turn is void.
 		if h.turn != nil {
 			d.deliver(ctx, h.handed, []*runningTurn{h.turn}, []error{result}, nil)
 			d.endTurn(ctx, h.turn, "void", nil)
@@ -260,6 +272,9 @@ func (h *heldTurn) Done(ctx context.Context, acked bool, result error) {
 		return
 	}
 	d.stats.held.Add(1)
+	if h.ahead {
+		d.stats.ahead.Add(1)
+	}
 	turns := []*runningTurn{h.turn}
 	results, err := []error{result}, error(nil)
 	if !acked {
@@ -801,16 +816,25 @@ func (d *Dispatcher) childStart(ctx context.Context, tenant, parent string, exec
 
 // autoPrune applies the retention that governs a continue-as-new chain, as
 // the fetch read it (so that a rule set before a generation's turn applies
-// to it), when it asks for it: keep the last N. It runs after the ack, in the
-// store's bounded prune; a failure is logged and left to the next
-// continue-as-new, the chain's end, or the janitor. It reports whether it
-// tried.
+// to it; read now when the turn ran before its write), when it asks for
+// it: keep the last N. It runs after the ack, in the store's bounded
+// prune; a failure is logged and left to the next continue-as-new, the
+// chain's end, or the janitor. It reports whether it tried.
 func (d *Dispatcher) autoPrune(ctx context.Context, it *store.OrchestrationItem) bool {
-	keep, ok := it.Retention.Chain.AutoPrunes()
+	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
+	r := it.Retention
+	if it.RetentionUnread {
+		t, err := d.cfg.Store.GetTenant(ctx, &store.GetTenantParams{TenantID: tenant})
+		if err != nil {
+			d.log.Warn("auto-prune: could not read the tenant's retention", "tenant", tenant, "instance", id, "error", err)
+			return true
+		}
+		r = t.Retention.For(it.Instance.Name, it.Instance.Retention)
+	}
+	keep, ok := r.Chain.AutoPrunes()
 	if !ok {
 		return false
 	}
-	tenant, id := it.Lease.TenantID, it.Lease.InstanceID
 	res, err := d.cfg.Store.PruneExecutions(ctx, &store.PruneExecutionsParams{
 		TenantID: tenant, InstanceID: id, Options: store.PruneOptions{KeepLast: keep},
 	})

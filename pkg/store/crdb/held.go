@@ -11,17 +11,17 @@ import (
 
 // heldWrite makes a write that leases its instance eagerly and runs its
 // turn (store.EagerLease), for a turn that needs what the write leased (a
-// completion's turn reads the instance's history and messages; a start's
-// needs nothing, see heldStart). It runs on one connection in two round
-// trips: BEGIN, the write and LeasedInputs; then the turn's ack and
-// COMMIT. The turn runs in between, so the write and the turn's ack
-// commit together, at READ COMMITTED like each of them alone. write
-// queues the write, and read reads its result and says whether it took
-// effect (when it did not, nothing is committed). A write that leased no
-// instance a turn can take (leased already, or with nothing to consume)
-// commits alone. The attempt is not retried here: again says that it
-// committed nothing, and that the caller is to make the write again, with
-// no lease (Done told the holder so, when its turn ran).
+// completion's turn reads the instance's history and messages, unless it
+// runs ahead: heldBefore). It runs on one connection in two round trips:
+// BEGIN, the write and LeasedInputs; then the turn's ack and COMMIT. The
+// turn runs in between, so the write and the turn's ack commit together,
+// at READ COMMITTED like each of them alone. write queues the write, and
+// read reads its result and says whether it took effect (when it did not,
+// nothing is committed). A write that leased no instance a turn can take
+// (leased already, or with nothing to consume) commits alone. The attempt
+// is not retried here: again says that it committed nothing, and that the
+// caller is to make the write again, with no lease (Done told the holder
+// so, when its turn ran).
 func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until int64,
 	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
 	conn, release, err := s.heldConn(ctx)
@@ -82,17 +82,19 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	return true, false, nil
 }
 
-// heldStart makes an eager start (store.EagerLease) in one round trip:
-// its instance's first turn needs nothing the write would read back (item
-// is what LeasedInputs would read of the instance the write creates), so
-// the turn runs first, and the write, the turn's ack and COMMIT go
-// together, where heldWrite needs two round trips and a read. The ack
-// holds only under the write's lease: a write that created nothing (the
-// id taken, the tenant at its cap) left the ack nothing to write, and a
-// failed one committed neither. Done then hears ErrNotFound: the turn is
-// void, and the write is made again without it after a failure.
-func (s *Store) heldStart(ctx context.Context, e *store.EagerLease, item *store.OrchestrationItem,
-	write func(b *pgx.Batch), read func(br pgx.BatchResults) (bool, error)) (done, again bool, err error) {
+// heldBefore makes an eager write whose turn runs before it, on item,
+// the instance as the write will lease it: an eager start's first turn,
+// whose item is the start's own instance and message, or a completion's
+// (store.EagerLease.Ahead). The write, the turn's ack and COMMIT then go
+// in one round trip, where heldWrite needs two and a read. read reads the
+// write's results: done, it took effect; held, it leased item's instance
+// as item has it. The ack holds only under that lease: a write that
+// leased nothing, or not that instance as it was (the statements write
+// let go of such a lease), leaves the ack nothing to write, and a failed
+// one committed nothing. Done then hears ErrNotFound: the turn is void,
+// and a failed write is made again without it.
+func (s *Store) heldBefore(ctx context.Context, e *store.EagerLease, item *store.OrchestrationItem,
+	write func(b *pgx.Batch), read func(br pgx.BatchResults) (done, held bool, err error)) (done, again bool, err error) {
 	ack := e.Hold.Turn(ctx, item)
 	conn, release, err := s.heldConn(ctx)
 	if err != nil {
@@ -103,12 +105,13 @@ func (s *Store) heldStart(ctx context.Context, e *store.EagerLease, item *store.
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	write(b)
+	var held bool
 	acked, result, err := s.commitHeld(ctx, conn, ack, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
 		var err error
-		done, err = read(br)
+		done, held, err = read(br)
 		return err
 	})
 	release()
@@ -116,9 +119,9 @@ func (s *Store) heldStart(ctx context.Context, e *store.EagerLease, item *store.
 	case err != nil:
 		e.Hold.Done(ctx, false, store.ErrNotFound)
 		return s.heldFailed(ctx, err)
-	case !done:
+	case !held:
 		e.Hold.Done(ctx, false, store.ErrNotFound)
-		return false, false, nil
+		return done, false, nil
 	}
 	e.Held = true
 	e.Hold.Done(ctx, acked, result)

@@ -72,6 +72,8 @@ func (d *deadlockedTurn) Turn(ctx context.Context, it *store.OrchestrationItem) 
 	return ack
 }
 
+func (*deadlockedTurn) Ahead(string, string, int64) *store.OrchestrationItem { return nil }
+
 func (d *deadlockedTurn) Done(_ context.Context, acked bool, _ error) {
 	d.dones++
 	d.acked = acked

@@ -74,15 +74,15 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 	again := true
 	if p.Eager != nil {
 		first := firstItem(p, uuid.NewString(), now, until)
-		created, again, err = s.heldStart(ctx, p.Eager, first, func(b *pgx.Batch) {
+		created, again, err = s.heldBefore(ctx, p.Eager, first, func(b *pgx.Batch) {
 			b.Queue(sqlStartOrchestration, namedArgs{
 				"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
 				"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
 				"message_id": first.Messages[0].ID, "trace_context": p.TraceContext, "retention": p.Retention,
 				"shard": countShard(), "max_running": p.MaxRunning, "lease_token": p.Eager.Token, "leased_until": until})
-		}, func(br pgx.BatchResults) (bool, error) {
+		}, func(br pgx.BatchResults) (bool, bool, error) {
 			tag, err := br.Exec()
-			return tag.RowsAffected() == 1, err
+			return tag.RowsAffected() == 1, tag.RowsAffected() == 1, err
 		})
 		if err != nil {
 			return nil, err
@@ -101,8 +101,8 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 
 // firstItem is what LeasedInputs would read of the instance an eager start
 // creates, leased under its token until until, with its start message of
-// id messageID: the item of its first turn (heldStart), but for the
-// retention, which is none (store.HeldTurn).
+// id messageID: the item of its first turn (heldBefore), with no
+// retention read (store.OrchestrationItem.RetentionUnread).
 func firstItem(p *store.StartOrchestrationParams, messageID string, now, until int64) *store.OrchestrationItem {
 	at := fromMillis(now)
 	return &store.OrchestrationItem{
@@ -112,7 +112,7 @@ func firstItem(p *store.StartOrchestrationParams, messageID string, now, until i
 			Tags: tagsOf(p.Tags), Retention: p.Retention, CreatedAt: at, UpdatedAt: at, ExecutionCount: 1},
 		Messages: []store.QueuedMessage{{ID: messageID, InstanceID: p.InstanceID, ExecutionID: 1, Message: p.Start,
 			VisibleAt: at, CreatedAt: at, TraceContext: p.TraceContext}},
-		Claims: 1,
+		Claims: 1, RetentionUnread: true,
 	}
 }
 

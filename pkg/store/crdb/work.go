@@ -2,6 +2,7 @@ package crdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ var (
 	sqlRenewWork             = stmt("RenewWork")
 	sqlAckWork               = stmt("AckWork")
 	sqlAckWorkWithResult     = stmt("AckWorkWithResult")
+	sqlAheadFits             = stmt("AheadFits")
 	sqlAbandonWork           = stmt("AbandonWork")
 )
 
@@ -145,15 +147,38 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		return err
 	}
 	again := true
-	if p.Eager != nil {
-		done, again, err = s.heldWrite(ctx, p.Eager, now, until, func(b *pgx.Batch) {
+	if e := p.Eager; e != nil {
+		messageID := uuid.NewString()
+		write := func(b *pgx.Batch) {
 			b.Queue(sqlAckWorkWithResult, namedArgs{"tenant_id": p.Lease.TenantID, "id": p.Lease.ID, "token": p.Lease.Token,
 				"kind": p.Result.Kind, "payload": p.Result.Payload, "now": now, "trace_context": p.TraceContext,
-				"lease_token": p.Eager.Token, "leased_until": until})
-		}, func(br pgx.BatchResults) (bool, error) {
+				"message_id": messageID, "lease_token": e.Token, "leased_until": until})
+		}
+		read := func(br pgx.BatchResults) (bool, error) {
 			tag, err := br.Exec()
 			return tag.RowsAffected() == 1, err
-		})
+		}
+		if a := e.Ahead; a != nil && a.Instance.TenantID == p.Lease.TenantID {
+			in := a.Instance
+			done, again, err = s.heldBefore(ctx, e, aheadItem(p, messageID, now, until), func(b *pgx.Batch) {
+				write(b)
+				b.Queue(sqlAheadFits, namedArgs{"tenant_id": in.TenantID, "instance_id": in.InstanceID,
+					"execution_id": in.CurrentExecutionID, "updated_at": in.UpdatedAt.UnixMilli(), "event_count": in.EventCount,
+					"execution_count": in.ExecutionCount, "message_id": messageID, "lease_token": e.Token, "now": now})
+			}, func(br pgx.BatchResults) (done, held bool, err error) {
+				if done, err = read(br); err != nil {
+					return false, false, err
+				}
+				switch err := br.QueryRow().Scan(&held); {
+				case errors.Is(err, pgx.ErrNoRows):
+					return done, false, nil
+				default:
+					return done, held, err
+				}
+			})
+		} else {
+			done, again, err = s.heldWrite(ctx, e, now, until, write, read)
+		}
 		if err != nil {
 			return err
 		}
@@ -167,6 +192,21 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		return workLeaseLost(p.Lease)
 	}
 	return nil
+}
+
+// aheadItem is the item of the turn an eager completion runs before its
+// write (store.EagerLease.Ahead): Ahead's, leased under the eager token
+// until until, with the completion's result, of id messageID, as its one
+// message, and no retention read.
+func aheadItem(p *store.AckWorkItemParams, messageID string, now, until int64) *store.OrchestrationItem {
+	it := *p.Eager.Ahead
+	in, at := it.Instance, fromMillis(now)
+	it.Lease = store.OrchestrationLease{TenantID: in.TenantID, InstanceID: in.InstanceID, Token: p.Eager.Token, ExpiresAt: fromMillis(until)}
+	it.Messages = []store.QueuedMessage{{ID: messageID, InstanceID: in.InstanceID, ExecutionID: in.CurrentExecutionID,
+		Message: *p.Result, VisibleAt: at, CreatedAt: at, TraceContext: p.TraceContext}}
+	it.Claims, it.Strikes = 1, 0
+	it.Retention, it.RetentionUnread = store.Retention{}, true
+	return &it
 }
 
 // AbandonWorkItem releases a task; it becomes visible again after Delay.

@@ -21,9 +21,10 @@ func eager() (*store.EagerLease, *holder) {
 // requireLeasedAsAClaim checks that an item an eager start or completion
 // leased is what a claim of its instance returns, field by field: it lets
 // go of the eager lease, claims the instance, and compares. Only the
-// token differs, and, for a start's first turn (first), the retention,
-// which is none (store.HeldTurn). It returns the claim's item.
-func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationItem, first bool) *store.OrchestrationItem {
+// token differs, and, for a turn that ran before its write (unread), the
+// retention, which was not read (store.OrchestrationItem.RetentionUnread).
+// It returns the claim's item.
+func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationItem, unread bool) *store.OrchestrationItem {
 	h.t.Helper()
 	require.NotNil(h.t, got, "nothing was leased eagerly")
 	require.Nil(h.t, h.fetch(tenant), "a claim took an instance leased eagerly")
@@ -39,9 +40,10 @@ func (h *harness) requireLeasedAsAClaim(tenant string, got *store.OrchestrationI
 	require.Equal(h.t, want.Claims, got.Claims, "claims")
 	require.Equal(h.t, want.Strikes, got.Strikes, "strikes")
 	cp := *got
-	if first {
-		require.Zero(h.t, got.Retention, "a first turn's retention")
-		cp.Retention = want.Retention
+	require.Equal(h.t, unread, got.RetentionUnread, "retention unread")
+	if unread {
+		require.Zero(h.t, got.Retention, "the retention of a turn that ran before its write")
+		cp.Retention, cp.RetentionUnread = want.Retention, false
 	}
 	require.Equal(h.t, want.Retention, cp.Retention, "retention")
 	// Nothing else: the whole item, but for the token.
@@ -178,4 +180,137 @@ func testEagerCompletion(t *testing.T, h *harness) {
 	e, r = eager()
 	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e}))
 	require.Nil(t, r.item)
+}
+
+// testAheadCompletion: a completion whose turn runs before its write, on
+// the instance as its last ack left it (EagerLease.Ahead), gives that turn
+// the item a claim would return, with the completion's result, and commits
+// the write and the turn's ack together. When the instance is not as the
+// item has it (an ack or another message came since, it is leased, or the
+// item is another instance's), the turn is void: the completion commits
+// alone, and the instance is a claim's to take, counted as before.
+func testAheadCompletion(t *testing.T, h *harness) {
+	tenant := h.tenant("acme")
+	complete := func(w *store.WorkItem, ahead *store.OrchestrationItem, r *holder) *store.EagerLease {
+		t.Helper()
+		e := held(r)
+		e.Ahead = ahead
+		require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Eager: e,
+			Result:       &store.Message{Kind: kindDone, Payload: []byte(`{"paid":true}`)},
+			TraceContext: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+		return e
+	}
+	// requireVoid checks a void turn, and returns the claim of its
+	// instance, which holds the completion's result.
+	requireVoid := func(e *store.EagerLease, r *holder, id string) *store.OrchestrationItem {
+		t.Helper()
+		require.Equal(t, 1, r.turns, "turns run")
+		require.Equal(t, 1, r.dones, "Done calls")
+		require.False(t, r.acked)
+		require.ErrorIs(t, r.result, store.ErrNotFound)
+		require.False(t, e.Held)
+		h.invariants()
+		got := h.fetchInstance(tenant, id)
+		require.Contains(t, got.Messages, r.item.Messages[0], "the completion's result")
+		return got
+	}
+
+	// The turn's item is a claim's. It acks nothing here: the lease is the
+	// holder's.
+	ahead := h.scheduleActivities(tenant, "order", 2)
+	first, second := h.fetchWork(tenant), h.fetchWork(tenant)
+	r := &holder{}
+	e := complete(first, ahead, r)
+	require.True(t, e.Held)
+	require.Equal(t, 1, r.turns)
+	require.False(t, r.acked)
+	require.NoError(t, r.result)
+	item := h.requireLeasedAsAClaim(tenant, r.item, true)
+	// Its ack commits with the write.
+	p := turn(item)
+	h.ack(p)
+	ahead, ok := p.Next(item)
+	require.True(t, ok)
+	r = &holder{ackOf: turn}
+	e = complete(second, ahead, r)
+	requireAcked(t, e, r)
+	require.Equal(t, int64(5), h.instance(tenant, "order").EventCount)
+	require.Len(t, h.history(tenant, "order", 1), 5)
+	require.Nil(t, h.fetch(tenant), "the result came back, or the lease was kept")
+	h.invariants()
+
+	// An ack came after the item: its events are not the turn's.
+	ahead = h.scheduleActivities(tenant, "acked", 2)
+	first, second = h.fetchWork(tenant), h.fetchWork(tenant)
+	require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: first.Lease,
+		Result: &store.Message{Kind: kindDone, Payload: []byte(`{}`)}}))
+	h.ack(turn(h.mustFetch(tenant, "acked")))
+	r = &holder{ackOf: turn}
+	e = complete(second, ahead, r)
+	got := requireVoid(e, r, "acked")
+	require.Len(t, got.Messages, 1)
+	require.Equal(t, int64(1), got.Claims, "a void turn's lease counted")
+	h.ack(turn(got))
+
+	// Another message came first.
+	ahead = h.scheduleActivities(tenant, "evented", 1)
+	w := h.fetchWork(tenant)
+	h.enqueue(tenant, "evented", `{}`, 0)
+	r = &holder{ackOf: turn}
+	e = complete(w, ahead, r)
+	got = requireVoid(e, r, "evented")
+	require.Len(t, got.Messages, 2)
+	require.Equal(t, int64(1), got.Claims)
+	h.ack(turn(got))
+
+	// The instance is leased: the write leases nothing, and the holder's
+	// lease is untouched.
+	ahead = h.scheduleActivities(tenant, "leased", 1)
+	w = h.fetchWork(tenant)
+	h.enqueue(tenant, "leased", `{}`, 0)
+	other := h.mustFetch(tenant, "leased")
+	r = &holder{ackOf: turn}
+	e = complete(w, ahead, r)
+	require.Equal(t, 1, r.turns)
+	require.ErrorIs(t, r.result, store.ErrNotFound)
+	require.False(t, e.Held)
+	h.ack(turn(other))
+	got = h.mustFetch(tenant, "leased")
+	require.Equal(t, r.item.Messages, got.Messages)
+	h.ack(turn(got))
+
+	// Its lease lapsed: a suspect's, which the write's lease does not
+	// fit; let go, the lapsed claim still counts.
+	ahead = h.scheduleActivities(tenant, "lapsed", 1)
+	w = h.fetchWork(tenant)
+	h.enqueue(tenant, "lapsed", `{}`, 0)
+	h.mustFetch(tenant, "lapsed")
+	h.clock.Advance(lease)
+	r = &holder{ackOf: turn}
+	e = complete(w, ahead, r)
+	got = requireVoid(e, r, "lapsed")
+	require.Equal(t, int64(2), got.Claims)
+	h.ack(turn(got))
+
+	// The item is another instance's: the lease the write took on the
+	// task's instance is let go.
+	ahead = h.scheduleActivities(tenant, "mine", 1)
+	h.scheduleActivities(tenant, "theirs", 1)
+	w, o := h.fetchWork(tenant), h.fetchWork(tenant)
+	if w.InstanceID != "theirs" {
+		w, o = o, w
+	}
+	r = &holder{ackOf: turn}
+	e = complete(w, ahead, r)
+	require.Equal(t, 1, r.turns)
+	require.ErrorIs(t, r.result, store.ErrNotFound)
+	require.False(t, e.Held)
+	h.invariants()
+	got = h.mustFetch(tenant, "theirs")
+	require.Len(t, got.Messages, 1)
+	require.Equal(t, r.item.Messages[0].ID, got.Messages[0].ID)
+	require.Equal(t, int64(1), got.Claims)
+	h.ack(turn(got))
+	require.Nil(t, h.fetch(tenant), "the item's own instance was made due")
+	require.Equal(t, "mine", o.InstanceID)
 }

@@ -22,6 +22,9 @@ type holder struct {
 	result error
 }
 
+// Ahead is not the store's to call (EagerLease.Ahead is the caller's).
+func (r *holder) Ahead(string, string, int64) *store.OrchestrationItem { return nil }
+
 func (r *holder) Turn(_ context.Context, it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
 	r.item = it
 	r.turns++

@@ -55,6 +55,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EagerCompletion", testEagerCompletion},
 		{"HeldStart", testHeldStart},
 		{"HeldCompletion", testHeldCompletion},
+		{"AheadCompletion", testAheadCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"WithdrawMessages", testWithdrawMessages},
@@ -266,14 +267,15 @@ func (h *harness) history(tenant, id string, exec int64) []store.HistoryEvent {
 }
 
 // scheduleActivities runs the first turn of a new instance, which schedules
-// n activities with ids 2..n+1, and returns the instance's lease-free state.
-func (h *harness) scheduleActivities(tenant, id string, n int) {
+// n activities with ids 2..n+1, and returns the item of the instance's
+// next turn as the turn's ack left it (store.AckOrchestrationItemParams.Next).
+func (h *harness) scheduleActivities(tenant, id string, n int) *store.OrchestrationItem {
 	h.t.Helper()
-	h.scheduleActivitiesOn(tenant, id, queue, n)
+	return h.scheduleActivitiesOn(tenant, id, queue, n)
 }
 
 // scheduleActivitiesOn is scheduleActivities on task queue q.
-func (h *harness) scheduleActivitiesOn(tenant, id, q string, n int) {
+func (h *harness) scheduleActivitiesOn(tenant, id, q string, n int) *store.OrchestrationItem {
 	h.t.Helper()
 	h.start(tenant, id)
 	item := h.fetchInstance(tenant, id)
@@ -286,6 +288,9 @@ func (h *harness) scheduleActivitiesOn(tenant, id, q string, n int) {
 		})
 	}
 	h.ack(p)
+	next, ok := p.Next(item)
+	require.True(h.t, ok, "the turn that schedules left no next item")
+	return next
 }
 
 // fetchWork leases one task of the tenant's queue (of any tenant when

@@ -73,8 +73,9 @@ DELETE FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_tok
 -- @lease_token, as a claim would (ClaimForTenant); LeasedInputs follows in
 -- the transaction. The lease is judged on the row the update writes (READ
 -- COMMITTED reads it anew after a concurrent writer), so it is a
--- compare-and-set like the claim's. Completions that no idle loop waits
--- for go batched (AckWorkWithResults).
+-- compare-and-set like the claim's. The result's id is @message_id: an
+-- eager completion's turn may run before the statement (AheadFits).
+-- Completions that no idle loop waits for go batched (AckWorkWithResults).
 WITH task AS (
 	SELECT instance_id FROM worker_queue WHERE tenant_id = @tenant_id AND id = @id AND lease_token = @token
 ), woken AS (
@@ -91,8 +92,43 @@ WITH task AS (
 		AND (SELECT count(*) FROM woken) >= 0
 	RETURNING instance_id, execution_id
 )
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
-SELECT @tenant_id, instance_id, execution_id, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '') FROM done;
+INSERT INTO orchestrator_queue (tenant_id, instance_id, id, execution_id, kind, payload, visible_at, created_at, trace_context)
+SELECT @tenant_id, instance_id, @message_id::UUID, execution_id, @kind, @payload, @now, @now, NULLIF(@trace_context::TEXT, '')
+FROM done;
+
+-- name: AheadFits
+-- Follows AckWorkWithResult in the transaction of an eager completion whose
+-- turn ran before it, on the instance as the holder's last ack left it
+-- (store.EagerLease.Ahead): the lease the write took under @lease_token
+-- holds only if that is still the instance, with the result (@message_id)
+-- its one visible message and a lease that was free, not lapsed. It reads
+-- once the lease is taken (READ COMMITTED: what committed before the
+-- statement), and no turn writes the instance while the lease is held, so
+-- what it finds stays so until COMMIT. A lease that does not fit is let
+-- go, due at its earliest message (the result at the latest), with the
+-- claim it counted taken back; the turn's ack
+-- that follows then finds no lease and writes nothing. It returns whether
+-- the lease fits: no row when the write leased nothing. The lease is found
+-- by token, whichever instance the write leased.
+WITH held AS (
+	SELECT l.tenant_id = @tenant_id AND l.instance_id = @instance_id AND l.claims = 1 AND l.strikes = 0
+		AND EXISTS (SELECT 1 FROM instances i WHERE i.tenant_id = l.tenant_id AND i.instance_id = l.instance_id
+			AND NOT i.deleting AND i.status = 'Running' AND i.current_execution_id = @execution_id
+			AND i.updated_at = @updated_at AND i.event_count = @event_count AND i.execution_count = @execution_count)
+		AND EXISTS (SELECT 1 FROM orchestrator_queue q WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+			AND q.id = @message_id::UUID AND q.execution_id = @execution_id)
+		AND NOT EXISTS (SELECT 1 FROM orchestrator_queue q WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id
+			AND q.visible_at <= @now AND q.id <> @message_id::UUID) AS fits
+	FROM instance_leases l
+	WHERE l.lease_token = @lease_token::UUID AND l.leased_until > 0
+), released AS (
+	UPDATE instance_leases l SET leased_until = 0, claims = l.claims - 1,
+		due_at = COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+			WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), @now)
+	WHERE l.lease_token = @lease_token::UUID AND l.leased_until > 0 AND NOT (SELECT fits FROM held)
+	RETURNING 1
+)
+SELECT fits FROM held WHERE (SELECT count(*) FROM released) >= 0;
 
 -- name: AckWorkWithResults
 -- AckWorkWithResult for completions that no idle loop waits for, batched
