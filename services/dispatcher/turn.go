@@ -159,10 +159,17 @@ func (d *Dispatcher) ackTurns(ctx context.Context, turns []*runningTurn) ([]erro
 // AckOrchestrationItems returns them): it hands the tasks to the polls
 // whose places were taken, sends the hints, and ends the turns.
 func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns []*runningTurn, results []error, err error) error {
+	// The items ahead first: a task delivered may be completed at once.
+	for i, t := range turns {
+		if err == nil && results[i] == nil {
+			d.ahead.put(t.item, t.ack)
+		} else {
+			d.ahead.drop(t.item.Lease.TenantID, t.item.Lease.InstanceID)
+		}
+	}
 	d.deliver(ctx, handed, turns, results, err)
 	if err != nil {
 		for _, t := range turns {
-			d.ahead.drop(t.item.Lease.TenantID, t.item.Lease.InstanceID)
 			d.endTurn(ctx, t, "abandoned", err)
 			d.abandon(ctx, t.item, failureBackoff().NextBackOff())
 		}
@@ -173,9 +180,6 @@ func (d *Dispatcher) finishTurns(ctx context.Context, handed []*handover, turns 
 		it := t.item
 		if results[i] == nil {
 			hints = appendHints(hints, t.ack)
-			d.ahead.put(it, t.ack)
-		} else {
-			d.ahead.drop(it.Lease.TenantID, it.Lease.InstanceID)
 		}
 		switch {
 		case errors.Is(results[i], store.ErrLeaseLost):
