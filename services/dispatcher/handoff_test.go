@@ -277,6 +277,7 @@ func TestACompletionsTurnRunsAheadOfItsWrite(t *testing.T) {
 	s.startEager("changed", "one", 7, nil, eager(nil))
 	w = s.task()
 	s.raise("changed", "nudge", 1)
+	s.clock.Advance(time.Millisecond) // the event comes first in the turn
 	e = eager(w)
 	s.complete(w, e)
 	require.False(t, e.Held, "a turn on an instance that changed held")
