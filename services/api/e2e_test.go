@@ -17,9 +17,11 @@ import (
 
 	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/internal/testsystem"
+	"github.com/orchardhq/orchard/pkg/notify"
 	"github.com/orchardhq/orchard/pkg/store"
 	"github.com/orchardhq/orchard/pkg/tenancy"
 	orchardv1 "github.com/orchardhq/orchard/proto/orchard/v1"
+	"github.com/orchardhq/orchard/services/dispatcher"
 )
 
 // apiWorker runs loops that poll q through the WorkerService and complete
@@ -214,5 +216,46 @@ func BenchmarkStartToCompletion(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "instances/s")
+	percentiles(b, lat, "instance")
+}
+
+// BenchmarkOneInFlight measures one instance of testsystem.EchoDef at a
+// time, from StartOrchestration to WaitForCompletion's answer, with the
+// dispatcher in the API's process sharing its hints and Handoff, as in
+// orchard dev: the start's first turn runs in the start's write, and the
+// completion's turn in the completion's. ahead-turns/instance counts the
+// completions' turns that ran before their write, on the instance as the
+// dispatcher's last ack left it (store.EagerLease.Ahead): 1 when every
+// completion took that path.
+func BenchmarkOneInFlight(b *testing.B) {
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(100*time.Millisecond)
+	e := newEnv(b, func(c *apiConfig) { c.Notifier, c.Handoff = hints, handoff })
+	acme := e.tenant("acme", &store.Limits{RequestsPerSecond: 100_000, Burst: 1_000_000}, testsystem.EchoDef)
+	d := e.StartDispatcher(b, dispatcher.Config{Notifier: hints, Handoff: handoff})
+	stop := apiWorker(context.Background(), e.grpcClients(e.token(acme, tenancy.RoleWorker)), "q", 1)
+	defer stop()
+	c := e.grpcClients(e.token(acme, tenancy.RoleClient))
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		res, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			w, err := c.client.WaitForCompletion(ctx, req(&orchardv1.WaitForCompletionRequest{InstanceId: res.Msg.InstanceId}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if w.Msg.Done {
+				break
+			}
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(d.Stats().Ahead)/float64(len(lat)), "ahead-turns/instance")
 	percentiles(b, lat, "instance")
 }
