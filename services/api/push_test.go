@@ -139,6 +139,28 @@ func TestAWaitingPollGetsItsTaskHandedOver(t *testing.T) {
 	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
 }
 
+// With the dispatcher of its process sharing a Handoff, a task's
+// completion takes the idle loop's place and runs the instance's turn
+// before its write, on the instance as the dispatcher's last ack of it
+// left it (store.EagerLease.Ahead), and the instance ends as a loop's turn
+// would have ended it.
+func TestACompletionsTurnRunsAheadOfItsWrite(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+
+	token := startAndPoll(t, c, &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)})
+	testwait.Until(t, 30*time.Second, "the loop to wait for work", func() bool { return handoff.IdleLoops() == 1 })
+	completeAndAwait(t, c, token, "e")
+	stats := d.Stats()
+	require.Equal(t, int64(1), stats.Ahead, "the completion's turn did not run ahead of its write")
+	require.Zero(t, stats.LeaseLosses)
+}
+
 // With the dispatcher of its process sharing a Handoff, a
 // WaitForCompletion gets its instance as the ack that ended it left it,
 // and answers without reading it: whether it waited when the end came, or
