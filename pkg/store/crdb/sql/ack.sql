@@ -291,22 +291,15 @@ WITH t AS (
 	-- another execution than the current one writes nothing and consumes
 	-- nothing: its lease goes, due at its earliest message. The turns that
 	-- end their instances are not released: AckDropEnded deletes their rows.
-	UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = CASE
-		WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = @tenant_id AND c.instance_id = t.instance_id
-			AND c.current_execution_id = t.execution_id AND NOT c.deleting)
-		THEN CASE WHEN l.due_at < l.leased_until
-			THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+	UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = LEAST(
+		CASE WHEN l.due_at < l.leased_until THEN l.due_at ELSE 9223372036854775807 END,
+		CASE WHEN EXISTS (SELECT 1 FROM instances c WHERE c.tenant_id = @tenant_id AND c.instance_id = t.instance_id
+				AND c.current_execution_id = t.execution_id AND NOT c.deleting)
+			THEN COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND NOT (q.id = ANY(@consumed_message_ids::UUID[]))),
-				9223372036854775807))
+				9223372036854775807)
 			ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
-				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id AND NOT (q.id = ANY(@consumed_message_ids::UUID[]))),
-				9223372036854775807) END
-		ELSE CASE WHEN l.due_at < l.leased_until
-			THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
-				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
-			ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
-				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END
-		END
+				WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END)
 	FROM t
 	WHERE l.tenant_id = @tenant_id AND l.instance_id = ANY(@turn_instance_ids::TEXT[])
 		AND l.instance_id = t.instance_id AND l.lease_token = t.token AND l.leased_until > @now

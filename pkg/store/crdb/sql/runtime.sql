@@ -356,11 +356,10 @@ RETURNING strikes;
 -- name: AbandonOrchestrationItem
 -- Releases a live lease: due at the earliest message left (or earlier, when
 -- a message came during the lease).
-UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = CASE
-	WHEN l.due_at < l.leased_until THEN LEAST(l.due_at, COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
+UPDATE instance_leases l SET leased_until = 0, claims = 0, strikes = 0, due_at = LEAST(
+	CASE WHEN l.due_at < l.leased_until THEN l.due_at ELSE 9223372036854775807 END,
+	COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
 		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807))
-	ELSE COALESCE((SELECT min(q.visible_at) FROM orchestrator_queue q
-		WHERE q.tenant_id = l.tenant_id AND q.instance_id = l.instance_id), 9223372036854775807) END
 WHERE tenant_id = @tenant_id AND instance_id = @instance_id AND lease_token = @token AND leased_until > @now;
 
 -- name: AbandonOrchestrationItemWithDelay
