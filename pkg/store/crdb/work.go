@@ -169,12 +169,11 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 				if done, err = read(br); err != nil {
 					return false, false, err
 				}
-				switch err := br.QueryRow().Scan(&held); {
-				case errors.Is(err, pgx.ErrNoRows):
-					return done, false, nil
-				default:
-					return done, held, err
+				// No row: the write leased nothing.
+				if err = br.QueryRow().Scan(&held); errors.Is(err, pgx.ErrNoRows) {
+					err = nil
 				}
+				return done, held, err
 			})
 		} else {
 			done, again, err = s.heldWrite(ctx, e, now, until, write, read)
