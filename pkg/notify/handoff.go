@@ -40,6 +40,13 @@ import (
 // loop never woke. A write that ran no turn (it leased nothing, or failed)
 // delivers an empty delivery instead, and the loop fetches.
 //
+// A start that finds no idle loop still runs its first turn before its
+// write, in a dispatcher of this process that serves its tenant (Holds,
+// Holder; store.StartOrchestrationParams.First): the batched start then
+// creates the instance as the turn's ack leaves it, when the turn is one
+// it can write (it schedules tasks and timers, and ends nothing), and no
+// loop claims the instance for that turn.
+//
 // A Handoff also carries an instance's end, as the ack that ended it left
 // it, to the WaitForCompletion calls waiting for it (AwaitEnd, in ends.go).
 type Handoff struct {
@@ -47,9 +54,12 @@ type Handoff struct {
 	loops places[*store.OrchestrationItem]
 	ends  ends
 
-	mu    sync.Mutex // guards news and epoch
+	mu    sync.Mutex // guards news, epoch and holders
 	quiet time.Duration
-	news  map[handoffKey]*queueNews
+	// holders are the dispatchers that run starts' first turns (Holds),
+	// by the tenant they serve ("" for every tenant).
+	holders map[string]*holder
+	news    map[handoffKey]*queueNews
 	// epoch counts the times news was cleared, so that a query's finding
 	// is not recorded over news it did not see.
 	epoch uint64
@@ -65,6 +75,19 @@ type places[T any] struct {
 	mu      sync.Mutex
 	waiting map[handoffKey][]*Place[T]
 }
+
+// holder is a dispatcher that runs the first turns of starts (Holds).
+type holder struct {
+	lease time.Duration
+	hold  func() store.HeldTurn
+	// running holds a value for each first turn given and not released.
+	running chan struct{}
+}
+
+// maxFirstTurns bounds the first turns a dispatcher holds at once, which
+// run in the API calls' goroutines, where its loops bound their own: a
+// start past it goes without (its instance waits for a claim).
+const maxFirstTurns = 64
 
 // queueNews is what the polls of this process know of a task queue.
 type queueNews struct {
@@ -85,7 +108,54 @@ const maxNews = 4096
 func NewHandoff(quiet time.Duration) *Handoff {
 	return &Handoff{tasks: places[*store.WorkItem]{waiting: map[handoffKey][]*Place[*store.WorkItem]{}},
 		loops: places[*store.OrchestrationItem]{waiting: map[handoffKey][]*Place[*store.OrchestrationItem]{}},
-		ends:  ends{max: maxEndBytes}, quiet: quiet, news: map[handoffKey]*queueNews{}}
+		ends:  ends{max: maxEndBytes}, quiet: quiet, news: map[handoffKey]*queueNews{}, holders: map[string]*holder{}}
+}
+
+// Holds makes a dispatcher of this process, of a tenant's instances (every
+// tenant's when empty), the one that runs the first turns of the tenant's
+// starts that find no idle loop (Holder), with hold, their items leased
+// for lease; release ends that, unless another dispatcher took its place.
+func (h *Handoff) Holds(tenant string, lease time.Duration, hold func() store.HeldTurn) (release func()) {
+	if h == nil {
+		return func() {}
+	}
+	o := &holder{lease: lease, hold: hold, running: make(chan struct{}, maxFirstTurns)}
+	h.mu.Lock()
+	h.holders[tenant] = o
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.holders[tenant] == o {
+			delete(h.holders, tenant)
+		}
+	}
+}
+
+// Holder returns a turn for the first turn of a tenant's start, run before
+// the start's write, by the dispatcher of this process that serves the
+// tenant (Holds), and the lease its item names; nil when none does, or
+// when it holds maxFirstTurns already. The caller releases it once the
+// start returned.
+func (h *Handoff) Holder(tenant string) (hold store.HeldTurn, lease time.Duration, release func()) {
+	if h == nil {
+		return nil, 0, nil
+	}
+	h.mu.Lock()
+	o := h.holders[tenant]
+	if o == nil {
+		o = h.holders[""]
+	}
+	h.mu.Unlock()
+	if o == nil {
+		return nil, 0, nil
+	}
+	select {
+	case o.running <- struct{}{}:
+	default:
+		return nil, 0, nil
+	}
+	return o.hold(), o.lease, func() { <-o.running }
 }
 
 // Unplaced records that a task was made visible in a tenant's task queue

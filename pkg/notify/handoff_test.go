@@ -254,3 +254,63 @@ func TestEndsGoToTheirWaitsWithinBounds(t *testing.T) {
 	require.Nil(t, none.AwaitEnd("t", "a").Instance())
 	none.Ended(in)
 }
+
+// namedTurn is a HeldTurn told apart by its name.
+type namedTurn struct {
+	store.HeldTurn
+	name string
+}
+
+// A start's first turn goes to the dispatcher of its tenant, else to the
+// one of every tenant, at most maxFirstTurns at once, and to none once
+// the dispatchers stopped holding them.
+func TestHandoffHolders(t *testing.T) {
+	h := NewHandoff(0)
+	hold, _, _ := h.Holder("a")
+	require.Nil(t, hold, "a turn held with no dispatcher")
+	holding := func(name string) func() store.HeldTurn {
+		return func() store.HeldTurn { return namedTurn{name: name} }
+	}
+	stopAll := h.Holds("", time.Minute, holding("all"))
+	stopA := h.Holds("a", 2*time.Minute, holding("a"))
+	hold, lease, release := h.Holder("a")
+	require.Equal(t, "a", hold.(namedTurn).name)
+	require.Equal(t, 2*time.Minute, lease)
+	release()
+	hold, lease, release = h.Holder("b")
+	require.Equal(t, "all", hold.(namedTurn).name)
+	require.Equal(t, time.Minute, lease)
+	release()
+
+	var releases []func()
+	for range maxFirstTurns {
+		hold, _, release := h.Holder("a")
+		require.NotNil(t, hold)
+		releases = append(releases, release)
+	}
+	hold, _, _ = h.Holder("a")
+	require.Nil(t, hold, "more first turns held at once than maxFirstTurns")
+	hold, _, release = h.Holder("b")
+	require.NotNil(t, hold, "the bound of one dispatcher held another's turns")
+	release()
+	releases[0]()
+	hold, _, release = h.Holder("a")
+	require.NotNil(t, hold, "a released turn's room was not given again")
+	release()
+
+	// A dispatcher that stops leaves the tenant to the one of every tenant,
+	// unless another took its place.
+	stopA()
+	hold, _, release = h.Holder("a")
+	require.Equal(t, "all", hold.(namedTurn).name)
+	release()
+	stopOld := h.Holds("", time.Minute, holding("old"))
+	h.Holds("", time.Minute, holding("new"))
+	stopOld()
+	hold, _, release = h.Holder("a")
+	require.Equal(t, "new", hold.(namedTurn).name, "a stop let go of the dispatcher that replaced it")
+	release()
+	stopAll()
+	hold, _, _ = h.Holder("a")
+	require.NotNil(t, hold, "the replaced dispatcher's stop let go of another")
+}

@@ -280,8 +280,20 @@ type StartOrchestrationParams struct {
 	MaxRunning *int64
 	// Eager, when set, leases the new instance in the start's transaction
 	// and runs its first turn there (eager start, see EagerLease): the
-	// turn needs no claim, and no commit of its own.
+	// turn needs no claim, and no commit of its own. A turn that First
+	// would write with the start is written so.
 	Eager *EagerLease
+	// First, for a start with no Eager, runs the instance's first turn
+	// before the write, in a dispatcher of the caller's process (First.Hold,
+	// on the item a claim under First.Token would return). A turn that
+	// leaves the instance running on execution 1, consuming its start
+	// message, and only appends events, schedules tasks and sets timers on
+	// the instance, is written with the start, batched with the tenant's
+	// other starts: the instance is created as the turn's ack leaves it,
+	// and no claim or ack of its own follows (First.Held; Hold.Done hears
+	// that it was acked). Any other turn is void (Done hears ErrNotFound):
+	// the instance is started as without First, for a claim.
+	First *EagerLease
 }
 
 // EagerLease asks a write that makes an instance due (a start, a task's

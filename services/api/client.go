@@ -86,6 +86,11 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	}
 	place := c.s.handoff.TakeIdle(t.TenantID)
 	p.Eager = eagerLease(place)
+	if p.Eager == nil {
+		var release func()
+		p.First, release = c.s.firstTurn(t.TenantID)
+		defer release()
+	}
 	// Subscribed before the instance exists, so that no end is missed.
 	ended := c.s.ends.watch(t.TenantID, id)
 	res, err := c.s.store.StartOrchestration(ctx, p)
@@ -94,7 +99,7 @@ func (c *clientService) StartOrchestration(ctx context.Context, req *connect.Req
 	} else {
 		c.s.ends.drop(ended)
 	}
-	if !c.s.handOver(place, p.Eager) && err == nil {
+	if !c.s.handOver(place, p.Eager) && !(p.First != nil && p.First.Held) && err == nil {
 		c.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: t.TenantID})
 	}
 	if errors.Is(err, store.ErrTooManyRunning) {

@@ -340,6 +340,49 @@ func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)
 	}
 }
 
+// A start that finds no loop idle runs its first turn before its write,
+// in the dispatcher of its process (store.StartOrchestrationParams.First):
+// the start creates the instance with the turn's task, which goes to the
+// waiting poll, with no fetch and no hint (counted, not timed: every poll
+// interval is an hour).
+func TestAStartThatFindsNoIdleLoopWritesItsFirstTurn(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
+	})
+	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	ctx := t.Context()
+	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
+	defer orchestrations.Close()
+	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
+	// The loop is busy, as far as the start can tell.
+	place := handoff.TakeIdle("acme")
+	require.NotNil(t, place)
+	before := d.Stats()
+
+	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
+		return c.worker.PollActivityTask(ctx, req(&orchardv1.PollActivityTaskRequest{TaskQueue: "q", Wait: durationpb.New(time.Minute)}))
+	})
+	testwait.Until(t, 30*time.Second, "the worker's poll to offer its place", func() bool { return handoff.Waiting() == 1 })
+	_, err := c.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)}))
+	require.NoError(t, err)
+	p := poll("the scheduled task was not handed to the waiting poll")
+	require.Len(t, p.Msg.Tasks, 1)
+	after := d.Stats()
+	require.Equal(t, int64(1), after.Held-before.Held, "the first turn was not written with its start")
+	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched the instance")
+	select {
+	case <-orchestrations.C:
+		t.Fatal("a hint was sent for an instance whose turn was written")
+	default:
+	}
+
+	require.Empty(t, place.Deliver(nil))
+	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
+}
+
 // A start, and a task's completion, that find the dispatcher's loop idle
 // lease their instance in their own transaction and run its turn there, in
 // the loop's place: both turns of a one-activity orchestration run with no

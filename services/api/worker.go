@@ -201,6 +201,18 @@ func eagerLease(place *notify.LoopPlace) *store.EagerLease {
 	return &store.EagerLease{Token: uuid.NewString(), Duration: place.Lease(), Hold: hold}
 }
 
+// firstTurn asks a start that found no idle loop to run its first turn
+// before its batched write, in the dispatcher of this process that serves
+// the tenant (store.StartOrchestrationParams.First); nil when none does
+// (or it holds its most). release is called once the start returned.
+func (s *Server) firstTurn(tenant string) (first *store.EagerLease, release func()) {
+	hold, lease, release := s.handoff.Holder(tenant)
+	if hold == nil {
+		return nil, func() {}
+	}
+	return &store.EagerLease{Token: uuid.NewString(), Duration: lease, Hold: hold}, release
+}
+
 // handOver gives back the loop's place in which the write ran the turn
 // (e.Held), and says whether it did: then no hint is needed. A write that
 // ran no turn (it leased nothing, or failed) wakes the loop instead, to

@@ -78,7 +78,9 @@ type Config struct {
 	// its task queue, leased to it, with no claim; and lets the API's
 	// starts and task completions that find a loop idle lease the instance
 	// they make due and run its turn in their own transaction, in the
-	// loop's place (Hold; see notify.Handoff). Nil: none.
+	// loop's place (Hold; see notify.Handoff), and the starts that find
+	// none run their first turns before their write (Handoff.Holds).
+	// Nil: none.
 	Handoff *notify.Handoff
 	// Hinted says that a hint reaches Notifier for every message queued
 	// for an instance: the API runs in this process, or hints cross
@@ -163,6 +165,7 @@ type Dispatcher struct {
 	started    bool
 	stopFetch  context.CancelFunc // ends the loops' fetching
 	abortTurns context.CancelFunc // ends turns in flight
+	unhold     func()             // ends the starts' first turns here (Handoff.Holds)
 	loopsDone  sync.WaitGroup
 	stats      stats
 	// wake is closed, and replaced, to wake the idle loops: a loop that
@@ -220,8 +223,9 @@ type Stats struct {
 	// the fetches come back full, and their empty fetches count in
 	// EmptyPolls alone.
 	EmptyPollsByLoop []int64
-	// Held is the number of turns run in an idle loop's place inside the
-	// write that made their instance due (Hold).
+	// Held is the number of turns run inside the write that made their
+	// instance due (Hold): in an idle loop's place, or a start's first
+	// turn written with its start.
 	Held int64
 	// Ahead is the number of those that ran before their write, on their
 	// instance as this dispatcher's last ack of it left it (a completion's
@@ -290,6 +294,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			d.loop(fetchCtx, turnCtx, i)
 		}()
 	}
+	if d.cfg.Handoff != nil {
+		d.unhold = d.cfg.Handoff.Holds(d.cfg.TenantID, d.cfg.LeaseDuration, d.Hold)
+	}
 	d.log.Info("dispatcher started", "loops", d.cfg.Loops, "batch", d.cfg.Batch, "lease", d.cfg.LeaseDuration, "tenant", d.cfg.TenantID)
 	return nil
 }
@@ -304,6 +311,9 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		return nil
 	}
 	d.mu.Unlock()
+	if d.unhold != nil {
+		d.unhold()
+	}
 	d.stopFetch()
 	done := make(chan struct{})
 	go func() { d.loopsDone.Wait(); close(done) }()

@@ -172,6 +172,41 @@ func TestAnIdleLoopFetchesOnAnEmptyDelivery(t *testing.T) {
 	testwait.Until(t, time.Minute, "the loop to fetch after an empty delivery", func() bool { return d.Stats().Fetches-before.Fetches == 1 })
 }
 
+// A started dispatcher with a Handoff runs the first turns of the starts
+// that find no loop idle (Handoff.Holds), until it stops: such a start
+// writes its turn's task with its instance, and no loop fetches it
+// (counted, not timed: the loop polls once an hour).
+func TestAStartsFirstTurnIsWrittenWithIt(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t, oneActivity)
+	handoff := notify.NewHandoff(0)
+	d, err := dispatcher.New(dispatcher.Config{Store: s.store, Clock: s.clock, Logger: quiet(), Handoff: handoff, Hinted: true,
+		Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	require.NoError(t, err)
+	hold, _, _ := handoff.Holder(tenant)
+	require.Nil(t, hold, "a dispatcher not started holds first turns")
+	s.startDispatcher(d)
+	testwait.Until(t, time.Minute, "the loop to wait for work", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
+	before := d.Stats()
+
+	hold, lease, release := handoff.Holder(tenant)
+	require.NotNil(t, hold)
+	e := &store.EagerLease{Token: uuid.NewString(), Duration: lease, Hold: hold}
+	s.startFirst("first", "one", 7, e)
+	release()
+	require.True(t, e.Held, "the first turn was not written with its start")
+	w := s.task()
+	require.Equal(t, "first", w.InstanceID)
+	after := d.Stats()
+	require.Equal(t, int64(1), after.Held-before.Held)
+	require.Equal(t, int64(1), after.Turns-before.Turns)
+	require.Zero(t, after.Fetches-before.Fetches, "a loop fetched the instance")
+
+	s.stopDispatcher(d)
+	hold, _, _ = handoff.Holder(tenant)
+	require.Nil(t, hold, "a dispatcher stopped holds first turns")
+}
+
 // A turn held in a write runs in that write's transaction: a start's
 // first turn schedules the activity with no fetch, and the completion's
 // turn ends the instance. An instance whose lease lapsed before is a

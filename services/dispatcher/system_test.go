@@ -149,6 +149,18 @@ func (s *system) start(id, name string, input any, retention *store.Retention) {
 // startEager is start with an eager lease (nil: none).
 func (s *system) startEager(id, name string, input any, retention *store.Retention, e *store.EagerLease) {
 	s.t.Helper()
+	s.startWith(id, name, input, retention, func(p *store.StartOrchestrationParams) { p.Eager = e })
+}
+
+// startFirst starts an instance whose first turn e holds, as a start that
+// found no loop idle (store.StartOrchestrationParams.First).
+func (s *system) startFirst(id, name string, input any, e *store.EagerLease) {
+	s.t.Helper()
+	s.startWith(id, name, input, nil, func(p *store.StartOrchestrationParams) { p.First = e })
+}
+
+func (s *system) startWith(id, name string, input any, retention *store.Retention, with func(p *store.StartOrchestrationParams)) {
+	s.t.Helper()
 	def, err := s.store.GetDefinition(s.t.Context(), &store.GetDefinitionParams{TenantID: tenant, Name: name})
 	version := ""
 	if err == nil {
@@ -158,10 +170,12 @@ func (s *system) startEager(id, name string, input any, retention *store.Retenti
 	require.NoError(s.t, err)
 	kind, payload, err := engine.EncodeMessage(engine.StartMessage{Input: raw})
 	require.NoError(s.t, err)
-	_, err = s.store.StartOrchestration(s.t.Context(), &store.StartOrchestrationParams{
+	p := &store.StartOrchestrationParams{
 		TenantID: tenant, InstanceID: id, Name: name, Version: version, Input: raw, Retention: retention,
-		Start: store.Message{Kind: kind, Payload: payload}, Eager: e,
-	})
+		Start: store.Message{Kind: kind, Payload: payload},
+	}
+	with(p)
+	_, err = s.store.StartOrchestration(s.t.Context(), p)
 	require.NoError(s.t, err)
 }
 

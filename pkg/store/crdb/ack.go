@@ -294,21 +294,6 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			instanceID, kind string
 			payload          []byte
 		}
-		taskRow struct {
-			instanceID                              string
-			executionID, activityID, attempt, delay int64
-			name, taskQueue, traceContext           string
-			input                                   []byte
-			// id, leaseToken and leasedUntil: a task inserted leased
-			// (ActivityTask.Lease); else a new id, no token, 0.
-			id, leaseToken string
-			leasedUntil    int64
-		}
-		messageRow struct {
-			source, target, kind string
-			executionID, delay   int64
-			payload              []byte
-		}
 		nextRow struct {
 			instanceID, kind string
 			executionID      int64
@@ -322,22 +307,14 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 			input, startPayload, takenPayload []byte
 		}
 		consumedRow struct{ instanceID, messageID string }
-		eventRow    struct {
-			instanceID           string
-			executionID, eventID int64
-			kind                 string
-			payload              []byte
-		}
 	)
 	var (
 		cancels   []cancelRow
 		withdraws []withdrawRow
-		tasks     []taskRow
-		messages  []messageRow
+		rows      turnRows
 		nexts     []nextRow
 		children  []childRow
 		consumed  []consumedRow
-		events    []eventRow
 	)
 	for _, t := range turns {
 		id, exec := t.Lease.InstanceID, t.ExecutionID
@@ -347,19 +324,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		for _, m := range t.WithdrawMessages {
 			withdraws = append(withdraws, withdrawRow{id, m.Kind, m.Payload})
 		}
-		for _, a := range t.Activities {
-			row := taskRow{instanceID: id, executionID: exec, activityID: a.ActivityID,
-				attempt: int64(max(a.Attempt, 1)), delay: a.Delay.Milliseconds(), name: a.Name, taskQueue: a.TaskQueue, input: a.Input,
-				traceContext: a.TraceContext, id: uuid.NewString()}
-			if l := a.Lease; l != nil {
-				row.id, row.leaseToken, row.leasedUntil = l.ID, l.Token, l.ExpiresAt.UnixMilli()
-			}
-			tasks = append(tasks, row)
-		}
-		for _, m := range t.Messages {
-			messages = append(messages, messageRow{source: id, target: m.InstanceID, kind: m.Message.Kind,
-				executionID: m.ExecutionID, delay: m.Delay.Milliseconds(), payload: m.Message.Payload})
-		}
+		rows.add(t)
 		if next := t.ContinueAsNew; next != nil {
 			nexts = append(nexts, nextRow{instanceID: id, kind: next.Start.Kind, executionID: exec + 1,
 				input: next.Input, payload: next.Start.Payload})
@@ -372,9 +337,6 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		}
 		for _, m := range t.MessageIDs {
 			consumed = append(consumed, consumedRow{id, m})
-		}
-		for _, ev := range t.History {
-			events = append(events, eventRow{instanceID: id, executionID: exec, eventID: ev.EventID, kind: ev.Kind, payload: ev.Payload})
 		}
 	}
 	turnInstanceIDs := column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Lease.InstanceID })
@@ -404,36 +366,18 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		}))
 		queued++
 		enqueue = sqlAckEnqueue
-	case len(tasks) == 0 && len(messages) == 0 && len(nexts) == 0 && len(children) > 0:
+	case len(rows.tasks) == 0 && len(rows.messages) == 0 && len(nexts) == 0 && len(children) > 0:
 		b.Queue(sqlAckPin, args(namedArgs{}))
 		queued++
 	}
-	if len(tasks) > 0 || len(messages) > 0 || len(nexts) > 0 {
-		b.Queue(enqueue, args(namedArgs{
-			"task_instance_ids":     column(tasks, func(r taskRow) string { return r.instanceID }),
-			"task_execution_ids":    column(tasks, func(r taskRow) int64 { return r.executionID }),
-			"task_activity_ids":     column(tasks, func(r taskRow) int64 { return r.activityID }),
-			"task_names":            column(tasks, func(r taskRow) string { return r.name }),
-			"task_queues":           column(tasks, func(r taskRow) string { return r.taskQueue }),
-			"task_inputs":           column(tasks, func(r taskRow) []byte { return r.input }),
-			"task_attempts":         column(tasks, func(r taskRow) int64 { return r.attempt }),
-			"task_delays":           column(tasks, func(r taskRow) int64 { return r.delay }),
-			"task_trace_contexts":   column(tasks, func(r taskRow) string { return r.traceContext }),
-			"task_ids":              column(tasks, func(r taskRow) string { return r.id }),
-			"task_lease_tokens":     column(tasks, func(r taskRow) string { return r.leaseToken }),
-			"task_leased_until":     column(tasks, func(r taskRow) int64 { return r.leasedUntil }),
-			"message_sources":       column(messages, func(r messageRow) string { return r.source }),
-			"message_targets":       column(messages, func(r messageRow) string { return r.target }),
-			"message_execution_ids": column(messages, func(r messageRow) int64 { return r.executionID }),
-			"message_kinds":         column(messages, func(r messageRow) string { return r.kind }),
-			"message_payloads":      column(messages, func(r messageRow) []byte { return r.payload }),
-			"message_delays":        column(messages, func(r messageRow) int64 { return r.delay }),
-			"next_instance_ids":     column(nexts, func(r nextRow) string { return r.instanceID }),
-			"next_execution_ids":    column(nexts, func(r nextRow) int64 { return r.executionID }),
-			"next_inputs":           column(nexts, func(r nextRow) []byte { return r.input }),
-			"next_kinds":            column(nexts, func(r nextRow) string { return r.kind }),
-			"next_payloads":         column(nexts, func(r nextRow) []byte { return r.payload }),
-		}))
+	if len(rows.tasks) > 0 || len(rows.messages) > 0 || len(nexts) > 0 {
+		b.Queue(enqueue, args(rows.taskAndMessageArgs(namedArgs{
+			"next_instance_ids":  column(nexts, func(r nextRow) string { return r.instanceID }),
+			"next_execution_ids": column(nexts, func(r nextRow) int64 { return r.executionID }),
+			"next_inputs":        column(nexts, func(r nextRow) []byte { return r.input }),
+			"next_kinds":         column(nexts, func(r nextRow) string { return r.kind }),
+			"next_payloads":      column(nexts, func(r nextRow) []byte { return r.payload }),
+		})))
 		queued++
 	}
 	if len(children) > 0 {
@@ -474,7 +418,7 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		}
 		return o
 	})
-	b.Queue(sqlAckRelease, args(namedArgs{
+	b.Queue(sqlAckRelease, args(rows.eventArgs(namedArgs{
 		"turn_statuses":              column(outcomes, func(o outcome) string { return string(o.status) }),
 		"turn_outputs":               column(turns, func(t *store.AckOrchestrationItemParams) []byte { return t.Output }),
 		"turn_errors":                column(turns, func(t *store.AckOrchestrationItemParams) string { return t.Error }),
@@ -486,13 +430,8 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 		"turn_new_executions":        column(outcomes, func(o outcome) int64 { return o.newExecutions }),
 		"consumed_instance_ids":      column(consumed, func(r consumedRow) string { return r.instanceID }),
 		"consumed_message_ids":       uuidArray(column(consumed, func(r consumedRow) string { return r.messageID })),
-		"event_instance_ids":         column(events, func(r eventRow) string { return r.instanceID }),
-		"event_execution_ids":        column(events, func(r eventRow) int64 { return r.executionID }),
-		"event_ids":                  column(events, func(r eventRow) int64 { return r.eventID }),
-		"event_kinds":                column(events, func(r eventRow) string { return r.kind }),
-		"event_payloads":             column(events, func(r eventRow) []byte { return r.payload }),
 		"shard":                      countShard(),
-	}))
+	})))
 	var ended, endedTokens []string
 	for _, t := range turns {
 		if t.Status.Terminal() {
@@ -504,6 +443,95 @@ func queueAck(b *pgx.Batch, tenant string, turns []*store.AckOrchestrationItemPa
 	}
 	b.Queue(sqlAckDropEnded, namedArgs{"tenant_id": tenant, "now": now, "ended_instance_ids": ended, "ended_tokens": uuidArray(endedTokens)})
 	return queued, 1
+}
+
+// turnRows are the rows that turns' acks add beside their instances:
+// tasks, messages and history events (queueAck, and the first turns a
+// start writes itself: startArgs).
+type turnRows struct {
+	tasks    []taskRow
+	messages []messageRow
+	events   []eventRow
+}
+
+type (
+	taskRow struct {
+		instanceID                              string
+		executionID, activityID, attempt, delay int64
+		name, taskQueue, traceContext           string
+		input                                   []byte
+		// id, leaseToken and leasedUntil: a task inserted leased
+		// (ActivityTask.Lease); else a new id, no token, 0.
+		id, leaseToken string
+		leasedUntil    int64
+	}
+	messageRow struct {
+		source, target, kind string
+		executionID, delay   int64
+		payload              []byte
+	}
+	eventRow struct {
+		instanceID           string
+		executionID, eventID int64
+		kind                 string
+		payload              []byte
+	}
+)
+
+// add adds the rows of turn t.
+func (r *turnRows) add(t *store.AckOrchestrationItemParams) {
+	id, exec := t.Lease.InstanceID, t.ExecutionID
+	for _, a := range t.Activities {
+		row := taskRow{instanceID: id, executionID: exec, activityID: a.ActivityID,
+			attempt: int64(max(a.Attempt, 1)), delay: a.Delay.Milliseconds(), name: a.Name, taskQueue: a.TaskQueue, input: a.Input,
+			traceContext: a.TraceContext, id: uuid.NewString()}
+		if l := a.Lease; l != nil {
+			row.id, row.leaseToken, row.leasedUntil = l.ID, l.Token, l.ExpiresAt.UnixMilli()
+		}
+		r.tasks = append(r.tasks, row)
+	}
+	for _, m := range t.Messages {
+		r.messages = append(r.messages, messageRow{source: id, target: m.InstanceID, kind: m.Message.Kind,
+			executionID: m.ExecutionID, delay: m.Delay.Milliseconds(), payload: m.Message.Payload})
+	}
+	for _, ev := range t.History {
+		r.events = append(r.events, eventRow{instanceID: id, executionID: exec, eventID: ev.EventID, kind: ev.Kind, payload: ev.Payload})
+	}
+}
+
+// taskAndMessageArgs adds the task_ and message_ parameters to args.
+func (r *turnRows) taskAndMessageArgs(args namedArgs) namedArgs {
+	tasks, messages := r.tasks, r.messages
+	args["task_instance_ids"] = column(tasks, func(r taskRow) string { return r.instanceID })
+	args["task_execution_ids"] = column(tasks, func(r taskRow) int64 { return r.executionID })
+	args["task_activity_ids"] = column(tasks, func(r taskRow) int64 { return r.activityID })
+	args["task_names"] = column(tasks, func(r taskRow) string { return r.name })
+	args["task_queues"] = column(tasks, func(r taskRow) string { return r.taskQueue })
+	args["task_inputs"] = column(tasks, func(r taskRow) []byte { return r.input })
+	args["task_attempts"] = column(tasks, func(r taskRow) int64 { return r.attempt })
+	args["task_delays"] = column(tasks, func(r taskRow) int64 { return r.delay })
+	args["task_trace_contexts"] = column(tasks, func(r taskRow) string { return r.traceContext })
+	args["task_ids"] = column(tasks, func(r taskRow) string { return r.id })
+	args["task_lease_tokens"] = column(tasks, func(r taskRow) string { return r.leaseToken })
+	args["task_leased_until"] = column(tasks, func(r taskRow) int64 { return r.leasedUntil })
+	args["message_sources"] = column(messages, func(r messageRow) string { return r.source })
+	args["message_targets"] = column(messages, func(r messageRow) string { return r.target })
+	args["message_execution_ids"] = column(messages, func(r messageRow) int64 { return r.executionID })
+	args["message_kinds"] = column(messages, func(r messageRow) string { return r.kind })
+	args["message_payloads"] = column(messages, func(r messageRow) []byte { return r.payload })
+	args["message_delays"] = column(messages, func(r messageRow) int64 { return r.delay })
+	return args
+}
+
+// eventArgs adds the event_ parameters to args.
+func (r *turnRows) eventArgs(args namedArgs) namedArgs {
+	events := r.events
+	args["event_instance_ids"] = column(events, func(r eventRow) string { return r.instanceID })
+	args["event_execution_ids"] = column(events, func(r eventRow) int64 { return r.executionID })
+	args["event_ids"] = column(events, func(r eventRow) int64 { return r.eventID })
+	args["event_kinds"] = column(events, func(r eventRow) string { return r.kind })
+	args["event_payloads"] = column(events, func(r eventRow) []byte { return r.payload })
+	return args
 }
 
 // wakeTargets lists the lease rows AckWake takes, in key order, with the

@@ -82,10 +82,10 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 	return true, false, nil
 }
 
-// heldBefore makes an eager write whose turn runs before it, on item,
-// the instance as the write will lease it: an eager start's first turn,
-// whose item is the start's own instance and message, or a completion's
-// (store.EagerLease.Ahead). The write, the turn's ack and COMMIT then go
+// heldBefore makes an eager write whose turn ran before it (ack), on the
+// instance as the write will lease it: an eager start's first turn that
+// the start cannot write itself (folds), whose item is the start's own
+// instance and message, or a completion's (store.EagerLease.Ahead). The write, the turn's ack and COMMIT then go
 // in one round trip, where heldWrite needs two and a read. read reads the
 // write's results: done, it took effect; held, it leased item's instance
 // as item has it. The ack holds only under that lease: a write that
@@ -93,9 +93,8 @@ func (s *Store) heldWrite(ctx context.Context, e *store.EagerLease, now, until i
 // let go of such a lease), leaves the ack nothing to write, and a failed
 // one committed nothing. Done then hears ErrNotFound: the turn is void,
 // and a failed write is made again without it.
-func (s *Store) heldBefore(ctx context.Context, e *store.EagerLease, item *store.OrchestrationItem,
+func (s *Store) heldBefore(ctx context.Context, e *store.EagerLease, ack *store.AckOrchestrationItemParams,
 	write func(b *pgx.Batch), read func(br pgx.BatchResults) (done, held bool, err error)) (done, again bool, err error) {
-	ack := e.Hold.Turn(ctx, item)
 	conn, release, err := s.heldConn(ctx)
 	if err != nil {
 		e.Hold.Done(ctx, false, store.ErrNotFound)

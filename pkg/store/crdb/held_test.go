@@ -64,7 +64,9 @@ func (d *deadlockedTurn) Turn(ctx context.Context, it *store.OrchestrationItem) 
 			status, root_instance_id, created_at, updated_at) VALUES ($1, $2, 'other', '1', 1, 'Running', $2, 0, 0)`,
 			d.tenant, it.Lease.InstanceID)
 	}()
-	ack := &store.AckOrchestrationItemParams{Lease: it.Lease, ExecutionID: 1, Status: store.StatusRunning}
+	// It cancels an activity, so that the start cannot write it in its own
+	// statement (folds): the held write acks it.
+	ack := &store.AckOrchestrationItemParams{Lease: it.Lease, ExecutionID: 1, Status: store.StatusRunning, CancelActivities: []int64{1}}
 	for _, m := range it.Messages {
 		ack.MessageIDs = append(ack.MessageIDs, m.ID)
 	}

@@ -43,13 +43,19 @@ var (
 const zombieWindow = 32
 
 // StartOrchestration creates the instance, execution 1 and the start message
-// in one statement (with the tenant's other starts that came meanwhile,
-// unless an idle loop holds its turn: startBatched), at READ COMMITTED: the
-// statement is atomic at any level, and starts of distinct instances share
-// only a status counter shard, whose increment (ON CONFLICT DO UPDATE) then
-// waits for a concurrent one and adds to what it committed, where under
-// SERIALIZABLE it would end in a serialization failure
-// (docs/decisions/store-read-committed-runtime.md).
+// in one statement (with the tenant's other starts that came meanwhile:
+// startBatched), at READ COMMITTED: the statement is atomic at any level,
+// and starts of distinct instances share only a status counter shard,
+// whose increment (ON CONFLICT DO UPDATE) then waits for a concurrent one
+// and adds to what it committed, where under SERIALIZABLE it would end in
+// a serialization failure (docs/decisions/store-read-committed-runtime.md).
+//
+// A start with a turn to hold (Eager, First) runs its first turn before
+// the statement. A turn that folds (folds) goes in the statement, which
+// then creates the instance as the turn's ack leaves it, in place of the
+// start message. An eager start's other turns lease the instance and
+// commit with it on their own (heldBefore); a First's other turns are
+// void, and a loop claims the instance.
 func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrationParams) (*store.StartOrchestrationResult, error) {
 	if p.TenantID == "" || p.InstanceID == "" || p.Name == "" {
 		return nil, invalid("tenant id, instance id and name are required")
@@ -66,33 +72,60 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		}
 	}
 	now := s.now()
-	until, err := eagerLease(p.Eager, now)
+	e := p.Eager
+	if e == nil {
+		e = p.First
+	}
+	until, err := eagerLease(e, now)
 	if err != nil {
 		return nil, err
 	}
-	var created bool
-	again := true
-	if p.Eager != nil {
-		first := firstItem(p, uuid.NewString(), now, until)
-		created, again, err = s.heldBefore(ctx, p.Eager, first, func(b *pgx.Batch) {
-			b.Queue(sqlStartOrchestration, namedArgs{
-				"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
-				"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
-				"message_id": first.Messages[0].ID, "trace_context": p.TraceContext, "retention": p.Retention,
-				"shard": countShard(), "max_running": p.MaxRunning, "lease_token": p.Eager.Token, "leased_until": until})
-		}, func(br pgx.BatchResults) (bool, bool, error) {
-			tag, err := br.Exec()
-			return tag.RowsAffected() == 1, tag.RowsAffected() == 1, err
-		})
-		if err != nil {
-			return nil, err
+	if e != nil {
+		item := firstItem(p, e, uuid.NewString(), now, until)
+		ack := e.Hold.Turn(ctx, item)
+		switch {
+		case folds(ack, item):
+			created, folded, err := s.startBatched(ctx, p, now, ack)
+			if folded {
+				e.Held = true
+				e.Hold.Done(ctx, true, nil)
+			} else {
+				e.Hold.Done(ctx, false, store.ErrNotFound)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return s.started(ctx, p, now, created)
+		case p.Eager != nil:
+			created, again, err := s.heldBefore(ctx, e, ack, func(b *pgx.Batch) {
+				b.Queue(sqlStartOrchestration, namedArgs{
+					"tenant_id": p.TenantID, "instance_id": p.InstanceID, "name": p.Name, "version": p.Version, "now": now,
+					"input": p.Input, "tags": tagsOf(p.Tags), "kind": p.Start.Kind, "payload": p.Start.Payload,
+					"message_id": item.Messages[0].ID, "trace_context": p.TraceContext, "retention": p.Retention,
+					"shard": countShard(), "max_running": p.MaxRunning, "lease_token": e.Token, "leased_until": until})
+			}, func(br pgx.BatchResults) (bool, bool, error) {
+				tag, err := br.Exec()
+				return tag.RowsAffected() == 1, tag.RowsAffected() == 1, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			if !again {
+				return s.started(ctx, p, now, created)
+			}
+		default:
+			e.Hold.Done(ctx, false, store.ErrNotFound)
 		}
 	}
-	if again {
-		if created, now, err = s.startBatched(ctx, p); err != nil {
-			return nil, err
-		}
+	created, _, err := s.startBatched(ctx, p, now, nil)
+	if err != nil {
+		return nil, err
 	}
+	return s.started(ctx, p, now, created)
+}
+
+// started answers a start made at now: created, or refused (startRefusal).
+func (s *Store) started(ctx context.Context, p *store.StartOrchestrationParams, now int64, created bool) (*store.StartOrchestrationResult, error) {
 	if !created {
 		return nil, s.startRefusal(ctx, p)
 	}
@@ -100,13 +133,13 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 }
 
 // firstItem is what LeasedInputs would read of the instance an eager start
-// creates, leased under its token until until, with its start message of
-// id messageID: the item of its first turn (heldBefore), with no
+// creates, leased under e's token until until, with its start message of
+// id messageID: the item of its first turn, with no
 // retention read (store.OrchestrationItem.RetentionUnread).
-func firstItem(p *store.StartOrchestrationParams, messageID string, now, until int64) *store.OrchestrationItem {
+func firstItem(p *store.StartOrchestrationParams, e *store.EagerLease, messageID string, now, until int64) *store.OrchestrationItem {
 	at := fromMillis(now)
 	return &store.OrchestrationItem{
-		Lease: store.OrchestrationLease{TenantID: p.TenantID, InstanceID: p.InstanceID, Token: p.Eager.Token, ExpiresAt: fromMillis(until)},
+		Lease: store.OrchestrationLease{TenantID: p.TenantID, InstanceID: p.InstanceID, Token: e.Token, ExpiresAt: fromMillis(until)},
 		Instance: store.Instance{TenantID: p.TenantID, InstanceID: p.InstanceID, Name: p.Name, Version: p.Version,
 			Status: store.StatusRunning, CurrentExecutionID: 1, RootInstanceID: p.InstanceID, Input: p.Input,
 			Tags: tagsOf(p.Tags), Retention: p.Retention, CreatedAt: at, UpdatedAt: at, ExecutionCount: 1},

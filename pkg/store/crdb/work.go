@@ -160,7 +160,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		}
 		if a := e.Ahead; a != nil && a.Instance.TenantID == p.Lease.TenantID {
 			in := a.Instance
-			done, again, err = s.heldBefore(ctx, e, aheadItem(p, messageID, now, until), func(b *pgx.Batch) {
+			done, again, err = s.heldBefore(ctx, e, e.Hold.Turn(ctx, aheadItem(p, messageID, now, until)), func(b *pgx.Batch) {
 				write(b)
 				b.Queue(sqlAheadFits, namedArgs{"tenant_id": in.TenantID, "instance_id": in.InstanceID,
 					"execution_id": in.CurrentExecutionID, "updated_at": in.UpdatedAt.UnixMilli(), "event_count": in.EventCount,

@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -116,6 +118,131 @@ func testHeldStart(t *testing.T, h *harness) {
 	require.Equal(t, int64(1), h.instance(tenant, "failed").EventCount)
 	h.invariants()
 
+}
+
+// firstTurn is a first turn that a start can write with itself: it
+// consumes the start message, appends two events, schedules a task and
+// sets a timer on its own instance.
+func firstTurn(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	p := turn(it)
+	p.History = append(p.History, store.HistoryEvent{EventID: int64(len(p.History)) + 1, Kind: "task_scheduled", Payload: []byte(`{"id":2}`)})
+	p.Activities = []store.ActivityTask{{ActivityID: 2, Name: "charge", TaskQueue: queue, Input: []byte(`{"n":1}`), Attempt: 1}}
+	p.Messages = []store.OutgoingMessage{{InstanceID: it.Lease.InstanceID, ExecutionID: 1, Delay: time.Minute,
+		Message: store.Message{Kind: "timer", Payload: []byte(`{"at":60}`)}}}
+	return p
+}
+
+// testFirstTurn: a start whose first turn ran before it (First) creates
+// its instance as that turn's ack leaves it, when the turn only appends
+// events, schedules tasks and sets timers on its instance: the instance,
+// its history, counts, task and timer are those of the same start claimed
+// and acked. Any other turn is void, and so is the turn of a start
+// refused or whose rows fail: the start is then made as without First.
+// An eager start writes such a turn so too.
+func testFirstTurn(t *testing.T, h *harness) {
+	start := func(tenant, id string, first, eager *store.EagerLease, maxRunning *int64) error {
+		_, err := h.s.StartOrchestration(h.ctx(), &store.StartOrchestrationParams{
+			TenantID: tenant, InstanceID: id, Name: "order", Version: "1", Input: []byte(`{"n":1}`),
+			Tags: map[string]string{"team": "a"}, Start: store.Message{Kind: kindStart, Payload: []byte(`{"input":{"n":1}}`)},
+			First: first, Eager: eager, MaxRunning: maxRunning,
+		})
+		return err
+	}
+	claimed, folded := h.tenant("claimed"), h.tenant("folded")
+
+	require.NoError(t, start(claimed, "order", nil, nil, nil))
+	want := firstTurn(h.mustFetch(claimed, "order"))
+	h.ack(want)
+	var got *store.AckOrchestrationItemParams
+	r := &holder{ackOf: func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		got = firstTurn(it)
+		return got
+	}}
+	e := held(r)
+	require.NoError(t, start(folded, "order", e, nil, nil))
+	requireAcked(t, e, r)
+	require.Equal(t, e.Token, r.item.Lease.Token)
+	require.Equal(t, int64(1), r.item.Claims)
+	require.True(t, r.item.RetentionUnread)
+
+	// The same rows, the tenant aside.
+	in, wantIn := h.instance(folded, "order"), h.instance(claimed, "order")
+	wantIn.TenantID = folded
+	require.Equal(t, wantIn, in, "instance")
+	require.Equal(t, int64(2), in.EventCount)
+	require.Equal(t, *want.Acked, *got.Acked, "what the ack wrote")
+	require.Equal(t, h.history(claimed, "order", 1), h.history(folded, "order", 1), "history")
+	h.requireCounts(folded, map[store.Status]int64{store.StatusRunning: 1})
+	require.Nil(t, h.fetch(folded), "the start message is there, or the lease is held")
+	require.Nil(t, h.fetch(claimed))
+	task, wantTask := h.fetchWorkBatch(folded, queue, 5), h.fetchWorkBatch(claimed, queue, 5)
+	require.Len(t, task, 1)
+	require.Len(t, wantTask, 1)
+	task[0].Lease, wantTask[0].Lease = store.WorkLease{}, store.WorkLease{}
+	require.Equal(t, *wantTask[0], *task[0], "task")
+	h.clock.Advance(time.Minute)
+	timer, wantTimer := h.mustFetch(folded, "order"), h.mustFetch(claimed, "order")
+	require.Len(t, timer.Messages, 1)
+	m, wantM := timer.Messages[0], wantTimer.Messages[0]
+	m.ID, wantM.ID = "", ""
+	require.Equal(t, wantM, m, "timer")
+	require.Equal(t, wantTimer.Claims, timer.Claims)
+	h.ack(turn(timer))
+	h.ack(turn(wantTimer))
+	h.invariants()
+
+	// void runs a start whose first turn is void: the instance waits for a
+	// claim with its start message, or the start is refused (err).
+	void := func(id string, ackOf func(*store.OrchestrationItem) *store.AckOrchestrationItemParams, maxRunning *int64) error {
+		t.Helper()
+		r := &holder{ackOf: ackOf}
+		e := held(r)
+		err := start(folded, id, e, nil, maxRunning)
+		require.Equal(t, 1, r.turns)
+		require.Equal(t, 1, r.dones)
+		require.False(t, r.acked)
+		require.ErrorIs(t, r.result, store.ErrNotFound)
+		require.False(t, e.Held)
+		return err
+	}
+	// A turn that ends its instance.
+	require.NoError(t, void("ends", func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := turn(it)
+		p.Status = store.StatusCompleted
+		return p
+	}, nil))
+	item := h.mustFetch(folded, "ends")
+	require.Len(t, item.Messages, 1)
+	require.Equal(t, kindStart, item.Messages[0].Kind)
+	h.ack(turn(item))
+	// A turn whose rows fail (two events with one id): the start is made
+	// again without it.
+	require.NoError(t, void("failed", func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := firstTurn(it)
+		p.History = append(p.History, p.History[0])
+		return p
+	}, nil))
+	item = h.mustFetch(folded, "failed")
+	require.Equal(t, kindStart, item.Messages[0].Kind)
+	require.Zero(t, h.instance(folded, "failed").EventCount)
+	h.ack(turn(item))
+	// Refused starts: the id is taken; the tenant runs its most.
+	require.ErrorIs(t, void("order", firstTurn, nil), store.ErrAlreadyExists)
+	require.Equal(t, int64(3), h.instance(folded, "order").EventCount, "the instance of the id taken")
+	require.ErrorIs(t, void("over", firstTurn, new(int64(3))), store.ErrTooManyRunning)
+	_, err := h.s.GetInstance(h.ctx(), &store.GetInstanceParams{TenantID: folded, InstanceID: "over"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// An eager start writes such a turn with itself too.
+	r = &holder{ackOf: firstTurn}
+	e = held(r)
+	require.NoError(t, start(folded, "eager", nil, e, nil))
+	requireAcked(t, e, r)
+	require.Equal(t, int64(2), h.instance(folded, "eager").EventCount)
+	require.Nil(t, h.fetch(folded), "the eager start's instance is due")
+	tasks := h.fetchWorkBatch(folded, queue, 5)
+	require.True(t, slices.ContainsFunc(tasks, func(w *store.WorkItem) bool { return w.InstanceID == "eager" }), "the eager start's task")
+	h.invariants()
 }
 
 // testHeldCompletion: a task's completion commits its result and the turn

@@ -54,6 +54,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"EagerStart", testEagerStart},
 		{"EagerCompletion", testEagerCompletion},
 		{"HeldStart", testHeldStart},
+		{"FirstTurnWrittenWithItsStart", testFirstTurn},
 		{"HeldCompletion", testHeldCompletion},
 		{"AheadCompletion", testAheadCompletion},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},

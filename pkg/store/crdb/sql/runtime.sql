@@ -73,16 +73,23 @@ SELECT @tenant_id, instance_id, @message_id::UUID, 1, @kind, @payload, @now, @no
 -- (starts.go): the instances of @instance_ids (distinct), their lease rows
 -- free and due at once. With @max_running, the starts are taken in their
 -- order while the tenant's running instances and the starts before them
--- stay below it. Returns the ids it created.
+-- stay below it. Each instance is created at its start's @created_ats.
+-- A start with @first_events > 0 comes with its first turn,
+-- run before the statement on its start message: it writes what that
+-- turn's ack would (its events, tasks and timers; @first_due_delays, the
+-- delay of its earliest timer, -1 for none), and no start message. Such a
+-- turn ends nothing, starts no child and sends only to its own instance
+-- (starts.go, folds). Returns the ids it created.
 WITH c AS (
 	SELECT * FROM unnest(@instance_ids::TEXT[], @names::TEXT[], @versions::TEXT[], @inputs::BYTEA[], @tags::TEXT[],
-		@retentions::TEXT[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[]) WITH ORDINALITY
-		AS c (instance_id, name, version, input, tags, retention, kind, payload, trace_context, ord)
+		@retentions::TEXT[], @kinds::TEXT[], @payloads::BYTEA[], @trace_contexts::TEXT[], @created_ats::INT8[],
+		@first_events::INT8[], @first_due_delays::INT8[]) WITH ORDINALITY
+		AS c (instance_id, name, version, input, tags, retention, kind, payload, trace_context, created_at, events, due_delay, ord)
 ), i AS (
 	INSERT INTO instances (tenant_id, instance_id, name, version, current_execution_id, status,
 		root_instance_id, created_at, updated_at, input, tags, retention, execution_count, event_count)
-	SELECT @tenant_id, c.instance_id, c.name, c.version, 1, 'Running', c.instance_id, @now, @now, c.input, c.tags::JSONB,
-		NULLIF(c.retention, '')::JSONB, 1, 0
+	SELECT @tenant_id, c.instance_id, c.name, c.version, 1, 'Running', c.instance_id, c.created_at, @now, c.input, c.tags::JSONB,
+		NULLIF(c.retention, '')::JSONB, 1, c.events
 	FROM c
 	WHERE @max_running::INT8 IS NULL OR @max_running::INT8 >= c.ord + (SELECT COALESCE(sum(n.n), 0)::INT8 FROM instance_counts n
 		WHERE n.tenant_id = @tenant_id AND n.status = 'Running')
@@ -90,12 +97,14 @@ WITH c AS (
 	ON CONFLICT (tenant_id, instance_id) DO NOTHING
 	RETURNING instance_id
 ), e AS (
-	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at)
-	SELECT @tenant_id, c.instance_id, 1, 'Running', c.input, @now FROM c JOIN i ON i.instance_id = c.instance_id
+	INSERT INTO executions (tenant_id, instance_id, execution_id, status, input, started_at, event_count)
+	SELECT @tenant_id, c.instance_id, 1, 'Running', c.input, @now, c.events FROM c JOIN i ON i.instance_id = c.instance_id
 	RETURNING 1
 ), l AS (
 	INSERT INTO instance_leases (tenant_id, instance_id, lease_token, leased_until, due_at, claims)
-	SELECT @tenant_id, i.instance_id, gen_random_uuid(), 0, @now, 0 FROM i
+	SELECT @tenant_id, c.instance_id, gen_random_uuid(), 0,
+		CASE WHEN c.events = 0 THEN @now WHEN c.due_delay < 0 THEN 9223372036854775807 ELSE @now + c.due_delay END, 0
+	FROM c JOIN i ON i.instance_id = c.instance_id
 	ON CONFLICT (tenant_id, instance_id) DO UPDATE
 		SET lease_token = excluded.lease_token, leased_until = 0, due_at = excluded.due_at, claims = 0, strikes = 0
 	RETURNING 1
@@ -111,10 +120,41 @@ WITH c AS (
 	ON CONFLICT (tenant_id, instance_id, tag_key) DO UPDATE
 		SET tag_value = excluded.tag_value, created_at = excluded.created_at
 	RETURNING 1
+), appended AS (
+	INSERT INTO history (tenant_id, instance_id, execution_id, event_id, kind, payload, created_at)
+	SELECT @tenant_id, u.instance_id, u.execution_id, u.event_id, u.kind, u.payload, @now
+	FROM unnest(@event_instance_ids::TEXT[], @event_execution_ids::INT8[], @event_ids::INT8[], @event_kinds::TEXT[],
+		@event_payloads::BYTEA[])
+		AS u (instance_id, execution_id, event_id, kind, payload)
+	WHERE u.instance_id IN (SELECT instance_id FROM i)
+	RETURNING 1
+), tasks AS (
+	-- A task handed to a waiting poll comes leased, as in AckEnqueue.
+	INSERT INTO worker_queue (tenant_id, id, instance_id, execution_id, activity_id, name, task_queue,
+		input, attempt, visible_at, created_at, trace_context, lease_token, leased_until)
+	SELECT @tenant_id, u.id::UUID, u.instance_id, u.execution_id, u.activity_id, u.name, u.task_queue, u.input, u.attempt,
+		CASE WHEN u.leased_until > 0 THEN u.leased_until ELSE @now + u.delay END, @now,
+		NULLIF(u.trace_context, ''), NULLIF(u.lease_token, '')::UUID, NULLIF(u.leased_until, 0)
+	FROM unnest(@task_instance_ids::TEXT[], @task_execution_ids::INT8[], @task_activity_ids::INT8[], @task_names::TEXT[],
+		@task_queues::TEXT[], @task_inputs::BYTEA[], @task_attempts::INT8[], @task_delays::INT8[], @task_trace_contexts::TEXT[],
+		@task_ids::TEXT[], @task_lease_tokens::TEXT[], @task_leased_until::INT8[])
+		AS u (instance_id, execution_id, activity_id, name, task_queue, input, attempt, delay, trace_context,
+			id, lease_token, leased_until)
+	WHERE u.instance_id IN (SELECT instance_id FROM i)
+	RETURNING 1
+), queued AS (
+	INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
+	SELECT @tenant_id, c.instance_id, 1, c.kind, c.payload, @now, @now, NULLIF(c.trace_context, '')
+	FROM c JOIN i ON i.instance_id = c.instance_id WHERE c.events = 0
+	UNION ALL
+	SELECT @tenant_id, u.target, u.execution_id, u.kind, u.payload, @now + u.delay, @now, NULL
+	FROM unnest(@message_sources::TEXT[], @message_targets::TEXT[], @message_execution_ids::INT8[], @message_kinds::TEXT[],
+		@message_payloads::BYTEA[], @message_delays::INT8[])
+		AS u (source, target, execution_id, kind, payload, delay)
+	WHERE u.source IN (SELECT instance_id FROM i)
+	RETURNING 1
 )
-INSERT INTO orchestrator_queue (tenant_id, instance_id, execution_id, kind, payload, visible_at, created_at, trace_context)
-SELECT @tenant_id, c.instance_id, 1, c.kind, c.payload, @now, @now, NULLIF(c.trace_context, '') FROM c JOIN i ON i.instance_id = c.instance_id
-RETURNING instance_id;
+SELECT instance_id FROM i;
 
 -- name: StartRefusal
 -- Why a start created nothing: whether the id is taken.
