@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/orchardhq/orchard/internal/testdb"
 	"github.com/orchardhq/orchard/pkg/store"
+	"github.com/orchardhq/orchard/pkg/store/storetest"
 )
 
 // heldBatches makes the first batch of writes a store sends wait, before
@@ -300,4 +303,128 @@ func TestStartsWhoseCallerWentAway(t *testing.T) {
 	require.Equal(t, [][]string{{"first"}, {"stays"}}, h.sent())
 	_, err := s.GetInstance(t.Context(), &store.GetInstanceParams{TenantID: "acme", InstanceID: "gone"})
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// firstHolder holds a start's first turn: ackOf's ack, and what Done said.
+type firstHolder struct {
+	ackOf  func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams
+	dones  int
+	acked  bool
+	result error
+}
+
+func (h *firstHolder) Turn(_ context.Context, it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	return h.ackOf(it)
+}
+
+func (*firstHolder) Ahead(string, string, int64) *store.OrchestrationItem { return nil }
+
+func (h *firstHolder) Done(_ context.Context, acked bool, result error) {
+	h.dones++
+	h.acked, h.result = acked, result
+}
+
+// scheduling is a first turn a start writes itself: it consumes the start
+// message, appends an event and schedules a task, and sets a timer after
+// timer when timer > 0.
+func scheduling(timer time.Duration) func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+	return func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := &store.AckOrchestrationItemParams{Lease: it.Lease, ExecutionID: 1, Status: store.StatusRunning,
+			MessageIDs: []string{it.Messages[0].ID}, History: []store.HistoryEvent{{EventID: 1, Kind: "task_scheduled"}},
+			Activities: []store.ActivityTask{{ActivityID: 1, Name: "a", TaskQueue: "q", Attempt: 1}}}
+		if timer > 0 {
+			p.Messages = []store.OutgoingMessage{{InstanceID: it.Lease.InstanceID, ExecutionID: 1, Delay: timer,
+				Message: store.Message{Kind: "timer"}}}
+		}
+		return p
+	}
+}
+
+// Starts with first turns go in one statement with the others, each
+// written as its turn leaves it: due at its earliest timer, or never, with
+// no start message. A batch in which one turn's rows fail is sent again
+// without the turns: every start is made, with its start message, due at
+// once, and each turn hears that it is void.
+func TestFirstTurnsGoInTheBatchOfStarts(t *testing.T) {
+	t.Parallel()
+	s := New(testdb.Pool(t, 8), Options{})
+	ctx := t.Context()
+	require.NoError(t, s.CreateTenant(ctx, &store.CreateTenantParams{TenantID: "acme"}))
+	type row struct {
+		due                     int64
+		events, tasks, messages int
+		updated                 int64
+	}
+	rowOf := func(id string) row {
+		t.Helper()
+		var r row
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT
+			(SELECT due_at FROM instance_leases WHERE tenant_id = 'acme' AND instance_id = $1 AND leased_until = 0),
+			(SELECT count(*) FROM history WHERE tenant_id = 'acme' AND instance_id = $1),
+			(SELECT count(*) FROM worker_queue WHERE tenant_id = 'acme' AND instance_id = $1),
+			(SELECT count(*) FROM orchestrator_queue WHERE tenant_id = 'acme' AND instance_id = $1),
+			(SELECT updated_at FROM instances WHERE tenant_id = 'acme' AND instance_id = $1)`, id).
+			Scan(&r.due, &r.events, &r.tasks, &r.messages, &r.updated))
+		return r
+	}
+	// batch starts blocker, then the starts of ids together in the batch
+	// after it, each with a first turn of its holder's (nil: none).
+	batch := func(blocker string, ids []string, holders []*firstHolder) {
+		t.Helper()
+		h := holdFirstStartBatch(s)
+		first := startAsync(ctx, s, &store.StartOrchestrationParams{TenantID: "acme", InstanceID: blocker, Name: "n",
+			Start: store.Message{Kind: "start"}})
+		<-h.entered
+		var waiting []chan error
+		for i, id := range ids {
+			p := &store.StartOrchestrationParams{TenantID: "acme", InstanceID: id, Name: "n", Start: store.Message{Kind: "start"}}
+			if holders[i] != nil {
+				p.First = &store.EagerLease{Token: uuid.NewString(), Duration: time.Minute, Hold: holders[i]}
+			}
+			waiting = append(waiting, startAsync(ctx, s, p))
+			waitPending(t, func() int { return pendingStarts(s, "acme") }, i+1)
+		}
+		close(h.release)
+		require.NoError(t, <-first)
+		for _, w := range waiting {
+			require.NoError(t, <-w)
+		}
+		require.Equal(t, ids, h.sent()[len(h.sent())-1], "the starts did not go together")
+		s.onStartBatch = nil
+	}
+
+	timed, untimed := &firstHolder{ackOf: scheduling(time.Minute)}, &firstHolder{ackOf: scheduling(0)}
+	batch("blocker", []string{"timed", "plain", "untimed"}, []*firstHolder{timed, nil, untimed})
+	for _, h := range []*firstHolder{timed, untimed} {
+		require.Equal(t, 1, h.dones)
+		require.True(t, h.acked)
+		require.NoError(t, h.result)
+	}
+	r := rowOf("timed")
+	require.Equal(t, row{due: r.updated + time.Minute.Milliseconds(), events: 1, tasks: 1, messages: 1, updated: r.updated}, r,
+		"due at its timer, with its event, task and timer")
+	r = rowOf("untimed")
+	require.Equal(t, row{due: math.MaxInt64, events: 1, tasks: 1, updated: r.updated}, r, "due never, with its event and task")
+	r = rowOf("plain")
+	require.Equal(t, row{due: r.updated, messages: 1, updated: r.updated}, r, "due at once, with its start message")
+
+	// Two events with one id: the batch fails, and goes again without the
+	// turns.
+	bad := &firstHolder{ackOf: func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := scheduling(0)(it)
+		p.History = append(p.History, p.History[0])
+		return p
+	}}
+	good := &firstHolder{ackOf: scheduling(0)}
+	batch("blocker2", []string{"bad", "good", "plain2"}, []*firstHolder{bad, good, nil})
+	for _, h := range []*firstHolder{bad, good} {
+		require.Equal(t, 1, h.dones)
+		require.False(t, h.acked)
+		require.ErrorIs(t, h.result, store.ErrNotFound)
+	}
+	for _, id := range []string{"bad", "good", "plain2"} {
+		r := rowOf(id)
+		require.Equal(t, row{due: r.updated, messages: 1, updated: r.updated}, r, "%s: due at once, with its start message", id)
+	}
+	storetest.RequireInvariants(t, s)
 }
