@@ -3,7 +3,10 @@ package crdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/orchardhq/orchard/pkg/store"
 )
@@ -53,12 +56,16 @@ func (s *Store) startBatched(ctx context.Context, p *store.StartOrchestrationPar
 	return w.created, w.folded, nil
 }
 
-// sendStarts writes a batch of starts. When a batch with first turns
-// fails, it is sent again without them: a turn whose rows the database
-// refuses fails neither its own start nor the others.
+// sendStarts writes a batch of starts. When the database refuses a batch
+// with first turns, it is sent again without them: a turn whose rows the
+// database refuses fails neither its own start nor the others. A batch
+// that failed otherwise (the database out of reach, conflicts past the
+// retries) would fail again.
 func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedStart) error {
 	err := s.sendStartsOnce(ctx, key, batch, true)
-	if err != nil && slices.ContainsFunc(batch, func(w *batchedStart) bool { return w.first != nil }) {
+	var refused *pgconn.PgError
+	if errors.As(err, &refused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) &&
+		slices.ContainsFunc(batch, func(w *batchedStart) bool { return w.first != nil }) {
 		err = s.sendStartsOnce(ctx, key, batch, false)
 	}
 	return err
