@@ -593,6 +593,16 @@ type AckWorkItemParams struct {
 	// transaction when it is free, and runs its turn there (eager
 	// completion, see EagerLease).
 	Eager *EagerLease
+	// Next, with a Result and no Eager, runs the instance's next turn
+	// before the write, on Next.Ahead (the instance as the holder's last
+	// ack left it, first execution) and the result. A turn that ends the
+	// instance (Completed, Failed), or only appends events, schedules
+	// tasks and sets timers on it, is written in place of the result,
+	// batched with the tenant's other completions, if the instance is
+	// still as Next.Ahead has it, free, with nothing else visible; no
+	// claim or ack follows (Next.Held). Otherwise the turn is void (Done
+	// hears ErrNotFound), and the result is enqueued as without Next.
+	Next *EagerLease
 }
 
 // AbandonWorkItemParams releases a task.

@@ -383,6 +383,41 @@ func TestAStartThatFindsNoIdleLoopWritesItsFirstTurn(t *testing.T) {
 	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
 }
 
+// A completion that finds no loop idle runs its instance's next turn before
+// its write, when the dispatcher of its process has the instance as its
+// last ack left it (store.AckWorkItemParams.Next): the completion writes
+// the turn that ends the instance in place of its result, and the wait
+// gets the end, with no fetch and no hint (counted, not timed: every poll
+// interval is an hour).
+func TestACompletionThatFindsNoIdleLoopWritesItsTurn(t *testing.T) {
+	t.Parallel()
+	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.Hinted, c.MinPoll, c.MaxPoll = hints, handoff, true, time.Hour, time.Hour
+	})
+	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
+	defer orchestrations.Close()
+	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
+	// The loop is busy, as far as the API can tell.
+	place := handoff.TakeIdle("acme")
+	require.NotNil(t, place)
+	before := d.Stats()
+
+	token := startAndPoll(t, c, &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)})
+	completeAndAwait(t, c, token, "e")
+	after := d.Stats()
+	require.Equal(t, int64(2), after.Held-before.Held, "the start's and the completion's turns were not written with them")
+	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched the instance")
+	select {
+	case <-orchestrations.C:
+		t.Fatal("a hint was sent for an instance whose turns were written")
+	default:
+	}
+	require.Empty(t, place.Deliver(nil))
+}
+
 // A start, and a task's completion, that find the dispatcher's loop idle
 // lease their instance in their own transaction and run its turn there, in
 // the loop's place: both turns of a one-activity orchestration run with no

@@ -181,9 +181,13 @@ func (w *workerService) ack(ctx context.Context, tok *taskToken, lease store.Wor
 		TraceContext: traceparent.Of(ctx), Eager: eagerLease(place)}
 	if e := p.Eager; e != nil {
 		e.Ahead = e.Hold.Ahead(lease.TenantID, tok.InstanceID, tok.ExecutionID)
+	} else {
+		var release func()
+		p.Next, release = w.s.nextTurn(lease.TenantID, tok)
+		defer release()
 	}
 	err = w.s.store.AckWorkItem(ctx, p)
-	if !w.s.handOver(place, p.Eager) && err == nil {
+	if !w.s.handOver(place, p.Eager) && !(p.Next != nil && p.Next.Held) && err == nil {
 		w.s.notifier.Notify(ctx, notify.Topic{Kind: notify.Orchestrations, TenantID: lease.TenantID})
 	}
 	return err
@@ -211,6 +215,23 @@ func (s *Server) firstTurn(tenant string) (first *store.EagerLease, release func
 		return nil, func() {}
 	}
 	return &store.EagerLease{Token: uuid.NewString(), Duration: lease, Hold: hold}, release
+}
+
+// nextTurn asks a completion that found no idle loop to run its
+// instance's next turn before its write, when the dispatcher of this
+// process that serves the tenant has the instance as its last ack left it
+// (store.AckWorkItemParams.Next); nil otherwise. release is called once
+// the completion returned.
+func (s *Server) nextTurn(tenant string, tok *taskToken) (next *store.EagerLease, release func()) {
+	e, release := s.firstTurn(tenant)
+	if e == nil {
+		return nil, release
+	}
+	if e.Ahead = e.Hold.Ahead(tenant, tok.InstanceID, tok.ExecutionID); e.Ahead == nil {
+		release()
+		return nil, func() {}
+	}
+	return e, release
 }
 
 // handOver gives back the loop's place in which the write ran the turn

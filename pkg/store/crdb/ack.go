@@ -501,7 +501,12 @@ func (r *turnRows) add(t *store.AckOrchestrationItemParams) {
 
 // taskAndMessageArgs adds the task_ and message_ parameters to args.
 func (r *turnRows) taskAndMessageArgs(args namedArgs) namedArgs {
-	tasks, messages := r.tasks, r.messages
+	return r.messageArgs(r.taskArgs(args))
+}
+
+// taskArgs adds the task_ parameters to args.
+func (r *turnRows) taskArgs(args namedArgs) namedArgs {
+	tasks := r.tasks
 	args["task_instance_ids"] = column(tasks, func(r taskRow) string { return r.instanceID })
 	args["task_execution_ids"] = column(tasks, func(r taskRow) int64 { return r.executionID })
 	args["task_activity_ids"] = column(tasks, func(r taskRow) int64 { return r.activityID })
@@ -514,6 +519,12 @@ func (r *turnRows) taskAndMessageArgs(args namedArgs) namedArgs {
 	args["task_ids"] = column(tasks, func(r taskRow) string { return r.id })
 	args["task_lease_tokens"] = column(tasks, func(r taskRow) string { return r.leaseToken })
 	args["task_leased_until"] = column(tasks, func(r taskRow) int64 { return r.leasedUntil })
+	return args
+}
+
+// messageArgs adds the message_ parameters to args.
+func (r *turnRows) messageArgs(args namedArgs) namedArgs {
+	messages := r.messages
 	args["message_sources"] = column(messages, func(r messageRow) string { return r.source })
 	args["message_targets"] = column(messages, func(r messageRow) string { return r.target })
 	args["message_execution_ids"] = column(messages, func(r messageRow) int64 { return r.executionID })

@@ -182,8 +182,31 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 			return err
 		}
 	}
+	if e := p.Next; again && e != nil && p.Eager == nil && e.Ahead != nil && e.Ahead.Instance.TenantID == p.Lease.TenantID {
+		if until, err = eagerLease(e, now); err != nil {
+			return err
+		}
+		item := nextItem(p, e, uuid.NewString(), now, until)
+		ack := e.Hold.Turn(ctx, item)
+		var folded bool
+		if foldsNext(ack, item) {
+			done, folded, err = s.completeBatched(ctx, p, item, ack)
+		} else {
+			done, _, err = s.completeBatched(ctx, p, nil, nil)
+		}
+		if folded {
+			e.Held = true
+			e.Hold.Done(ctx, true, nil)
+		} else {
+			e.Hold.Done(ctx, false, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		again = false
+	}
 	if again {
-		if done, err = s.completeBatched(ctx, p); err != nil {
+		if done, _, err = s.completeBatched(ctx, p, nil, nil); err != nil {
 			return err
 		}
 	}
@@ -198,9 +221,14 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 // until until, with the completion's result, of id messageID, as its one
 // message, and no retention read.
 func aheadItem(p *store.AckWorkItemParams, messageID string, now, until int64) *store.OrchestrationItem {
-	it := *p.Eager.Ahead
+	return nextItem(p, p.Eager, messageID, now, until)
+}
+
+// nextItem is aheadItem for e, the Eager or Next of p.
+func nextItem(p *store.AckWorkItemParams, e *store.EagerLease, messageID string, now, until int64) *store.OrchestrationItem {
+	it := *e.Ahead
 	in, at := it.Instance, fromMillis(now)
-	it.Lease = store.OrchestrationLease{TenantID: in.TenantID, InstanceID: in.InstanceID, Token: p.Eager.Token, ExpiresAt: fromMillis(until)}
+	it.Lease = store.OrchestrationLease{TenantID: in.TenantID, InstanceID: in.InstanceID, Token: e.Token, ExpiresAt: fromMillis(until)}
 	it.Messages = []store.QueuedMessage{{ID: messageID, InstanceID: in.InstanceID, ExecutionID: in.CurrentExecutionID,
 		Message: *p.Result, VisibleAt: at, CreatedAt: at, TraceContext: p.TraceContext}}
 	it.Claims, it.Strikes = 1, 0

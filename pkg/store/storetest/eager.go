@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -313,4 +314,145 @@ func testAheadCompletion(t *testing.T, h *harness) {
 	h.ack(turn(got))
 	require.Nil(t, h.fetch(tenant), "the item's own instance was made due")
 	require.Equal(t, "mine", o.InstanceID)
+}
+
+// testNextTurn: a completion whose instance's next turn ran before it
+// (AckWorkItemParams.Next) writes that turn in place of its result when
+// the turn ends the instance, or only appends events, schedules tasks and
+// sets timers, and the instance is still as the item has it: the rows are
+// those of the same completion claimed and acked. Otherwise the turn is
+// void and the result is enqueued, for a claim.
+func testNextTurn(t *testing.T, h *harness) {
+	claimed, folded := h.tenant("claimed"), h.tenant("folded")
+	complete := func(tenant string, w *store.WorkItem, next *store.EagerLease) {
+		t.Helper()
+		require.NoError(t, h.s.AckWorkItem(h.ctx(), &store.AckWorkItemParams{Lease: w.Lease, Next: next,
+			Result: &store.Message{Kind: kindDone, Payload: []byte(`{"paid":true}`)}}))
+	}
+	ends := func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := turn(it)
+		p.Status, p.Output = store.StatusCompleted, []byte(`"shipped"`)
+		return p
+	}
+	goesOn := func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+		p := turn(it)
+		id := int64(len(it.History)+len(p.History)) + 1
+		p.History = append(p.History, store.HistoryEvent{EventID: id, Kind: "activity_scheduled"})
+		p.Activities = []store.ActivityTask{{ActivityID: id, Name: "ship", TaskQueue: queue, Input: []byte(`{"to":"x"}`), Attempt: 1}}
+		p.Messages = []store.OutgoingMessage{{InstanceID: it.Lease.InstanceID, ExecutionID: 1, Delay: time.Minute,
+			Message: store.Message{Kind: "timer", Payload: []byte(`{}`)}}}
+		return p
+	}
+	for _, c := range []struct {
+		id     string
+		ackOf  func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams
+		counts map[store.Status]int64
+	}{
+		{"ends", ends, map[store.Status]int64{store.StatusCompleted: 1}},
+		{"goes-on", goesOn, map[store.Status]int64{store.StatusCompleted: 1, store.StatusRunning: 1}},
+	} {
+		h.scheduleActivities(claimed, c.id, 1)
+		complete(claimed, h.fetchWork(claimed), nil)
+		want := c.ackOf(h.mustFetch(claimed, c.id))
+		h.ack(want)
+
+		ahead := h.scheduleActivities(folded, c.id, 1)
+		var got *store.AckOrchestrationItemParams
+		r := &holder{ackOf: func(it *store.OrchestrationItem) *store.AckOrchestrationItemParams {
+			got = c.ackOf(it)
+			return got
+		}}
+		e := held(r)
+		e.Ahead = ahead
+		complete(folded, h.fetchWork(folded), e)
+		requireAcked(t, e, r)
+		in, wantIn := h.instance(folded, c.id), h.instance(claimed, c.id)
+		wantIn.TenantID = folded
+		require.Equal(t, wantIn, in, "%s: instance", c.id)
+		require.Equal(t, *want.Acked, *got.Acked, "%s: what the ack wrote", c.id)
+		require.Equal(t, h.history(claimed, c.id, 1), h.history(folded, c.id, 1), "%s: history", c.id)
+		h.requireCounts(folded, c.counts)
+		require.Nil(t, h.fetch(folded), "%s: the result is there, or the lease is held", c.id)
+		require.Nil(t, h.fetch(claimed))
+		h.invariants()
+	}
+	task, wantTask := h.fetchWorkBatch(folded, queue, 5), h.fetchWorkBatch(claimed, queue, 5)
+	require.Len(t, task, 1)
+	require.Len(t, wantTask, 1)
+	a, b := *task[0], *wantTask[0]
+	a.Lease, b.Lease = store.WorkLease{}, store.WorkLease{}
+	require.Equal(t, b, a, "task")
+	h.clock.Advance(time.Minute)
+	timer, wantTimer := h.mustFetch(folded, "goes-on"), h.mustFetch(claimed, "goes-on")
+	require.Len(t, timer.Messages, 1)
+	m, wantM := timer.Messages[0], wantTimer.Messages[0]
+	m.ID, wantM.ID = "", ""
+	require.Equal(t, wantM, m, "timer")
+	h.ack(turn(timer))
+	h.ack(turn(wantTimer))
+	complete(folded, task[0], nil)
+	complete(claimed, wantTask[0], nil)
+	h.ack(ends(h.mustFetch(folded, "goes-on")))
+	h.ack(ends(h.mustFetch(claimed, "goes-on")))
+
+	// An item of another instance than the task's.
+	h.scheduleActivities(folded, "task", 1)
+	other := h.scheduleActivities(folded, "other", 1)
+	w := h.fetchWork(folded)
+	require.Equal(t, "task", w.InstanceID)
+	r := &holder{ackOf: ends}
+	e := held(r)
+	e.Ahead = other
+	complete(folded, w, e)
+	require.False(t, e.Held, "a turn written to another instance than its own")
+	require.Equal(t, store.StatusRunning, h.instance(folded, "other").Status)
+	h.ack(turn(h.mustFetch(folded, "task")))
+
+	// void completes a task with a turn that must not be written: the
+	// result is enqueued, and a claim gets it.
+	void := func(w *store.WorkItem, ahead *store.OrchestrationItem, id string) *store.OrchestrationItem {
+		t.Helper()
+		r := &holder{ackOf: ends}
+		e := held(r)
+		e.Ahead = ahead
+		complete(folded, w, e)
+		require.Equal(t, 1, r.dones)
+		require.False(t, r.acked)
+		require.ErrorIs(t, r.result, store.ErrNotFound)
+		require.False(t, e.Held)
+		got := h.fetchInstance(folded, id)
+		require.True(t, slices.ContainsFunc(got.Messages, func(m store.QueuedMessage) bool { return m.Kind == kindDone }), "the result")
+		return got
+	}
+	// An event came first.
+	// Each instance's tasks go to a queue of its name (taskOf).
+	taskOf := func(id string) *store.WorkItem {
+		t.Helper()
+		return h.fetchWorkFrom(&store.FetchWorkItemsParams{TenantID: folded, TaskQueue: id, LeaseDuration: lease, Max: 1})
+	}
+	ahead := h.scheduleActivitiesOn(folded, "evented", "evented", 1)
+	w = taskOf("evented")
+	h.enqueue(folded, "evented", `{}`, 0)
+	got := void(w, ahead, "evented")
+	require.Len(t, got.Messages, 2)
+	h.ack(turn(got))
+	// Another turn ran since (the item is stale).
+	ahead = h.scheduleActivitiesOn(folded, "stale", "stale", 2)
+	first, second := taskOf("stale"), taskOf("stale")
+	complete(folded, first, nil)
+	h.ack(turn(h.mustFetch(folded, "stale")))
+	h.ack(turn(void(second, ahead, "stale")))
+	// The instance is leased (claimed after an event).
+	ahead = h.scheduleActivitiesOn(folded, "leased", "leased", 1)
+	w = taskOf("leased")
+	h.enqueue(folded, "leased", `{}`, 0)
+	claim := h.mustFetch(folded, "leased")
+	r = &holder{ackOf: ends}
+	e = held(r)
+	e.Ahead = ahead
+	complete(folded, w, e)
+	require.False(t, e.Held, "a turn written under another's lease")
+	h.ack(turn(claim))
+	h.ack(turn(h.mustFetch(folded, "leased")))
+	h.invariants()
 }

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"FirstTurnWrittenWithItsStart", testFirstTurn},
 		{"HeldCompletion", testHeldCompletion},
 		{"AheadCompletion", testAheadCompletion},
+		{"NextTurnWrittenWithItsCompletion", testNextTurn},
 		{"EnqueueMissingInstance", testEnqueueMissingInstance},
 		{"EnqueueTerminalInstance", testEnqueueTerminalInstance},
 		{"WithdrawMessages", testWithdrawMessages},
