@@ -347,19 +347,8 @@ func inBackground[T any](t *testing.T, call func() (*connect.Response[T], error)
 // interval is an hour).
 func TestAStartThatFindsNoIdleLoopWritesItsFirstTurn(t *testing.T) {
 	t.Parallel()
-	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
-	e := newEnv(t, func(c *api.Config) {
-		c.Notifier, c.Handoff, c.MinPoll, c.MaxPoll = hints, handoff, time.Hour, time.Hour
-	})
-	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
-	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	c, d, handoff, noHint := busyLoop(t)
 	ctx := t.Context()
-	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
-	defer orchestrations.Close()
-	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
-	// The loop is busy, as far as the start can tell.
-	place := handoff.TakeIdle("acme")
-	require.NotNil(t, place)
 	before := d.Stats()
 
 	poll := inBackground(t, func() (*connect.Response[orchardv1.PollActivityTaskResponse], error) {
@@ -373,14 +362,38 @@ func TestAStartThatFindsNoIdleLoopWritesItsFirstTurn(t *testing.T) {
 	after := d.Stats()
 	require.Equal(t, int64(1), after.Held-before.Held, "the first turn was not written with its start")
 	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched the instance")
-	select {
-	case <-orchestrations.C:
-		t.Fatal("a hint was sent for an instance whose turn was written")
-	default:
-	}
-
-	require.Empty(t, place.Deliver(nil))
+	noHint()
 	completeAndAwait(t, c, p.Msg.Tasks[0].TaskToken, "e")
+}
+
+// busyLoop runs the API with a dispatcher of one loop in its process, and
+// takes that loop's place once it offers it: as far as the API's calls can
+// tell, the loop is busy (every poll interval is an hour). noHint fails
+// the test when a hint of the tenant's instances was sent; the place is
+// given back at the test's end.
+func busyLoop(t *testing.T) (c *clients, d *dispatcher.Dispatcher, handoff *notify.Handoff, noHint func()) {
+	t.Helper()
+	hints := notify.NewLocal()
+	handoff = notify.NewHandoff(0)
+	e := newEnv(t, func(c *api.Config) {
+		c.Notifier, c.Handoff, c.Hinted, c.MinPoll, c.MaxPoll = hints, handoff, true, time.Hour, time.Hour
+	})
+	d = e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
+	c = e.all(e.tenant("acme", nil, testsystem.EchoDef))
+	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
+	t.Cleanup(orchestrations.Close)
+	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
+	place := handoff.TakeIdle("acme")
+	require.NotNil(t, place)
+	t.Cleanup(func() { place.Deliver(nil) })
+	return c, d, handoff, func() {
+		t.Helper()
+		select {
+		case <-orchestrations.C:
+			t.Fatal("a hint was sent for an instance whose turn was written")
+		default:
+		}
+	}
 }
 
 // A completion that finds no loop idle runs its instance's next turn before
@@ -391,18 +404,7 @@ func TestAStartThatFindsNoIdleLoopWritesItsFirstTurn(t *testing.T) {
 // interval is an hour).
 func TestACompletionThatFindsNoIdleLoopWritesItsTurn(t *testing.T) {
 	t.Parallel()
-	hints, handoff := notify.NewLocal(), notify.NewHandoff(0)
-	e := newEnv(t, func(c *api.Config) {
-		c.Notifier, c.Handoff, c.Hinted, c.MinPoll, c.MaxPoll = hints, handoff, true, time.Hour, time.Hour
-	})
-	d := e.StartDispatcher(t, dispatcher.Config{Notifier: hints, Handoff: handoff, Hinted: true, Loops: 1, MinPoll: time.Hour, MaxPoll: time.Hour})
-	c := e.all(e.tenant("acme", nil, testsystem.EchoDef))
-	orchestrations := hints.Subscribe(notify.Topic{Kind: notify.Orchestrations, TenantID: "acme"})
-	defer orchestrations.Close()
-	testwait.Until(t, 30*time.Second, "the loop to offer its place", func() bool { return handoff.IdleLoops() == 1 && d.Stats().Running == 0 })
-	// The loop is busy, as far as the API can tell.
-	place := handoff.TakeIdle("acme")
-	require.NotNil(t, place)
+	c, d, _, noHint := busyLoop(t)
 	before := d.Stats()
 
 	token := startAndPoll(t, c, &orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: "e", Input: []byte(`7`)})
@@ -410,12 +412,7 @@ func TestACompletionThatFindsNoIdleLoopWritesItsTurn(t *testing.T) {
 	after := d.Stats()
 	require.Equal(t, int64(2), after.Held-before.Held, "the start's and the completion's turns were not written with them")
 	require.Zero(t, after.Fetches-before.Fetches, "the loop fetched the instance")
-	select {
-	case <-orchestrations.C:
-		t.Fatal("a hint was sent for an instance whose turns were written")
-	default:
-	}
-	require.Empty(t, place.Deliver(nil))
+	noHint()
 }
 
 // A start, and a task's completion, that find the dispatcher's loop idle

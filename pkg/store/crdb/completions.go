@@ -2,11 +2,9 @@ package crdb
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -58,9 +56,7 @@ func (s *Store) completeBatched(ctx context.Context, p *store.AckWorkItemParams,
 // (see sendStarts).
 func (s *Store) sendCompletions(ctx context.Context, tenant string, batch []*batchedCompletion) error {
 	err := s.sendCompletionsOnce(ctx, tenant, batch, true)
-	var refused *pgconn.PgError
-	if errors.As(err, &refused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) &&
-		slices.ContainsFunc(batch, func(w *batchedCompletion) bool { return w.next != nil }) {
+	if refusedBatch(err) && slices.ContainsFunc(batch, func(w *batchedCompletion) bool { return w.next != nil }) {
 		err = s.sendCompletionsOnce(ctx, tenant, batch, false)
 	}
 	return err
@@ -76,24 +72,13 @@ func (s *Store) sendCompletionsOnce(ctx context.Context, tenant string, batch []
 		s.onCompletionBatch(ps)
 	}
 	now := s.now()
-	args, folds := completionArgs(tenant, now, batch, turns)
+	args := completionArgs(tenant, now, batch, turns)
 	s.batchWrites.Record(ctx, int64(len(batch)), metric.WithAttributes(attribute.String("kind", "completion")))
-	if folds == 0 {
-		return s.inBatchTx(ctx, pgx.ReadCommitted, func(b *pgx.Batch) {
-			b.Queue(sqlAckWorkWithResults, args)
-		}, func(br pgx.BatchResults) error {
-			done, _, err := readCompleted(br.Query())
-			for _, w := range batch {
-				w.done = done[w.id]
-			}
-			return err
-		})
-	}
 	// Turns that end their instances or schedule tasks need a second
 	// statement (AckWorkFolded), in the same round trip.
 	var more namedArgs
 	for _, w := range batch {
-		if a := w.next; a != nil && (a.Status != store.StatusRunning || len(a.Activities) > 0) {
+		if a := w.next; turns && a != nil && (a.Status != store.StatusRunning || len(a.Activities) > 0) {
 			more = foldedArgs(tenant, now, batch)
 			break
 		}
@@ -160,37 +145,24 @@ func readCompleted(rows pgx.Rows, err error) (done, folded map[string]bool, _ er
 
 // foldsNext says whether a completion's turn, run before its write on its
 // instance's first execution, can be written in place of its result
-// (AckWorkWithResults): it consumes only the result, and either ends the
-// instance (Completed, Failed) with nothing more, or keeps it running and
-// only appends events, schedules tasks and sets timers on it.
+// (AckWorkWithResults): a simpleTurn that keeps the instance running, or
+// one that ends it (Completed, Failed) with nothing more.
 func foldsNext(ack *store.AckOrchestrationItemParams, item *store.OrchestrationItem) bool {
-	in := item.Instance
-	if ack == nil || validateAck(ack) != nil || ack.Lease != item.Lease || in.ExecutionCount != 1 || in.CurrentExecutionID != 1 ||
-		ack.ExecutionID != 1 || ack.ContinueAsNew != nil || len(ack.Children) > 0 || len(ack.CancelActivities) > 0 ||
-		len(ack.WithdrawMessages) > 0 || len(ack.History) == 0 || len(ack.MessageIDs) != 1 || ack.MessageIDs[0] != item.Messages[0].ID {
+	if in := item.Instance; !simpleTurn(ack, item) || in.ExecutionCount != 1 || in.CurrentExecutionID != 1 {
 		return false
 	}
 	switch ack.Status {
 	case store.StatusRunning:
+		return true
 	case store.StatusCompleted, store.StatusFailed:
-		if len(ack.Activities) > 0 || len(ack.Messages) > 0 {
-			return false
-		}
-	default:
-		return false
+		return len(ack.Activities) == 0 && len(ack.Messages) == 0
 	}
-	for _, m := range ack.Messages {
-		if m.InstanceID != item.Lease.InstanceID || m.ExecutionID != 1 {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 // completionArgs binds AckWorkWithResults for completions (each with a
-// result) of one tenant's tasks, with their turns when turns is set; folds
-// is how many turns it binds.
-func completionArgs(tenant string, now int64, batch []*batchedCompletion, turns bool) (args namedArgs, folds int) {
+// result) of one tenant's tasks, with their turns when turns is set.
+func completionArgs(tenant string, now int64, batch []*batchedCompletion, turns bool) namedArgs {
 	n := len(batch)
 	ids, tokens, kinds, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	payloads := make([][]byte, n)
@@ -208,7 +180,6 @@ func completionArgs(tenant string, now int64, batch []*batchedCompletion, turns 
 			continue
 		}
 		a, in := w.next, w.item.Instance
-		folds++
 		fold[i], executions[i], events[i], updated[i] = true, in.CurrentExecutionID, in.EventCount, in.UpdatedAt.UnixMilli()
 		statuses[i], outputs[i], errs[i], newEvents[i] = string(a.Status), a.Output, a.Error, int64(len(a.History))
 		foldTokens[i], foldInstances = a.Lease.Token, append(foldInstances, a.Lease.InstanceID)
@@ -221,13 +192,13 @@ func completionArgs(tenant string, now int64, batch []*batchedCompletion, turns 
 		// Tasks go in AckWorkFolded, once the turn is known written.
 		rows.add(&store.AckOrchestrationItemParams{Lease: a.Lease, ExecutionID: a.ExecutionID, History: a.History, Messages: a.Messages})
 	}
-	args = namedArgs{"tenant_id": tenant, "now": now, "shard": countShard(), "ids": uuidArray(ids), "tokens": uuidArray(tokens),
+	args := namedArgs{"tenant_id": tenant, "now": now, "shard": countShard(), "ids": uuidArray(ids), "tokens": uuidArray(tokens),
 		"kinds": kinds, "payloads": payloads, "trace_contexts": traces,
 		"folds": fold, "fold_execution_ids": executions, "fold_events": events, "fold_updated_ats": updated,
 		"fold_statuses": statuses, "fold_outputs": outputs, "fold_errors": errs, "fold_new_events": newEvents, "fold_due_delays": dues,
 		"fold_tokens": uuidArray(foldTokens), "fold_instance_ids": foldInstances,
 		"fold_instances": expected}
-	return rows.eventArgs(rows.messageArgs(args)), folds
+	return rows.eventArgs(rows.messageArgs(args))
 }
 
 // taskID is a task id (a UUID, in any of the forms PostgreSQL reads) in

@@ -200,3 +200,14 @@ func (s *Store) commitHeld(ctx context.Context, conn interface {
 	}
 	return acked, result, err
 }
+
+// written tells e's holder whether the write wrote the turn it ran before
+// it (e.Held; HeldTurn.Done hears it acked), or not: the turn is void.
+func written(ctx context.Context, e *store.EagerLease, wrote bool) {
+	e.Held = wrote
+	if wrote {
+		e.Hold.Done(ctx, true, nil)
+		return
+	}
+	e.Hold.Done(ctx, false, store.ErrNotFound)
+}

@@ -86,12 +86,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 		switch {
 		case folds(ack, item):
 			created, folded, err := s.startBatched(ctx, p, now, ack)
-			if folded {
-				e.Held = true
-				e.Hold.Done(ctx, true, nil)
-			} else {
-				e.Hold.Done(ctx, false, store.ErrNotFound)
-			}
+			written(ctx, e, folded)
 			if err != nil {
 				return nil, err
 			}
@@ -114,7 +109,7 @@ func (s *Store) StartOrchestration(ctx context.Context, p *store.StartOrchestrat
 				return s.started(ctx, p, now, created)
 			}
 		default:
-			e.Hold.Done(ctx, false, store.ErrNotFound)
+			written(ctx, e, false)
 		}
 	}
 	created, _, err := s.startBatched(ctx, p, now, nil)

@@ -56,16 +56,12 @@ func (s *Store) startBatched(ctx context.Context, p *store.StartOrchestrationPar
 	return w.created, w.folded, nil
 }
 
-// sendStarts writes a batch of starts. When the database refuses a batch
-// with first turns, it is sent again without them: a turn whose rows the
-// database refuses fails neither its own start nor the others. A batch
-// that failed otherwise (the database out of reach, conflicts past the
-// retries) would fail again.
+// sendStarts writes a batch of starts. A batch with first turns that the
+// database refuses goes again without them (refusedBatch): a turn whose
+// rows the database refuses fails neither its own start nor the others.
 func (s *Store) sendStarts(ctx context.Context, key startKey, batch []*batchedStart) error {
 	err := s.sendStartsOnce(ctx, key, batch, true)
-	var refused *pgconn.PgError
-	if errors.As(err, &refused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict) &&
-		slices.ContainsFunc(batch, func(w *batchedStart) bool { return w.first != nil }) {
+	if refusedBatch(err) && slices.ContainsFunc(batch, func(w *batchedStart) bool { return w.first != nil }) {
 		err = s.sendStartsOnce(ctx, key, batch, false)
 	}
 	return err
@@ -106,13 +102,20 @@ func (s *Store) sendStartsOnce(ctx context.Context, key startKey, batch []*batch
 
 // folds says whether a start's first turn, run before its write, can go
 // in the start's own statement (StartOrchestrations): its instance stays
-// running on execution 1, and it only consumes its start message, appends
-// events, schedules tasks and sets timers on itself.
+// running (simpleTurn).
 func folds(ack *store.AckOrchestrationItemParams, item *store.OrchestrationItem) bool {
-	if ack == nil || validateAck(ack) != nil || ack.Status != store.StatusRunning || ack.ExecutionID != 1 ||
+	return simpleTurn(ack, item) && ack.Status == store.StatusRunning
+}
+
+// simpleTurn says whether a turn run before its write, on item, is one a
+// write can carry in its own statement: on execution 1, it consumes only
+// the item's message, appends events, and otherwise only schedules tasks
+// and sets timers on its instance (no child, cancel, withdraw or
+// continue-as-new).
+func simpleTurn(ack *store.AckOrchestrationItemParams, item *store.OrchestrationItem) bool {
+	if ack == nil || validateAck(ack) != nil || ack.Lease != item.Lease || ack.ExecutionID != 1 ||
 		ack.ContinueAsNew != nil || len(ack.Children) > 0 || len(ack.CancelActivities) > 0 || len(ack.WithdrawMessages) > 0 ||
-		len(ack.History) == 0 || len(ack.MessageIDs) != 1 || ack.MessageIDs[0] != item.Messages[0].ID ||
-		ack.Lease != item.Lease {
+		len(ack.History) == 0 || len(ack.MessageIDs) != 1 || ack.MessageIDs[0] != item.Messages[0].ID {
 		return false
 	}
 	for _, m := range ack.Messages {
@@ -121,6 +124,15 @@ func folds(ack *store.AckOrchestrationItemParams, item *store.OrchestrationItem)
 		}
 	}
 	return true
+}
+
+// refusedBatch says whether a batch that carried turns is to go again
+// without them: the database refused it (a turn's rows may be why), where
+// a database out of reach, or conflicts past the retries, would fail the
+// batch again.
+func refusedBatch(err error) bool {
+	var refused *pgconn.PgError
+	return errors.As(err, &refused) && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrConflict)
 }
 
 // startArgs binds StartOrchestrations for starts of one tenant, made at

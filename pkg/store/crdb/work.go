@@ -194,12 +194,7 @@ func (s *Store) AckWorkItem(ctx context.Context, p *store.AckWorkItemParams) err
 		} else {
 			done, _, err = s.completeBatched(ctx, p, nil, nil)
 		}
-		if folded {
-			e.Held = true
-			e.Hold.Done(ctx, true, nil)
-		} else {
-			e.Hold.Done(ctx, false, store.ErrNotFound)
-		}
+		written(ctx, e, folded)
 		if err != nil {
 			return err
 		}
