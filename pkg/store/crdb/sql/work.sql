@@ -166,7 +166,8 @@ WITH t AS (
 	ORDER BY l.instance_id
 	FOR UPDATE
 ), fits AS (
-	SELECT i.instance_id, k.id, t.status, t.output, t.error, t.new_events, t.due_delay, t.fold_token FROM instances i
+	SELECT i.instance_id, i.current_execution_id AS execution_id, k.id, t.status, t.output, t.error, t.new_events, t.due_delay,
+		t.fold_token FROM instances i
 	JOIN task k ON k.instance_id = i.instance_id
 	JOIN t ON t.id = k.id
 	JOIN locked l ON l.instance_id = i.instance_id
@@ -213,7 +214,7 @@ WITH t AS (
 		completed_at = CASE WHEN f.status <> 'Running' THEN @now END, event_count = e.event_count + f.new_events
 	FROM fits f
 	WHERE e.tenant_id = @tenant_id AND e.instance_id = ANY(@fold_instance_ids::TEXT[]) AND e.instance_id = f.instance_id
-		AND e.execution_id = 1
+		AND e.execution_id = f.execution_id
 	RETURNING 1
 ), counted AS (
 	INSERT INTO instance_counts (tenant_id, status, shard, n)
