@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/orchardhq/orchard/pkg/store"
@@ -49,7 +48,9 @@ func (s *Server) errorsAndLogs() connect.UnaryInterceptorFunc {
 }
 
 // endCall maps a call's error to a Connect error (connectError, the one
-// place) and logs the call with its procedure, tenant, code and duration.
+// place) and logs the call with its procedure, tenant, code and duration;
+// the process's handler adds the ids of the call's span (telemetry's
+// NewLogHandler), as to every line logged with the call's context.
 func (s *Server) endCall(ctx context.Context, procedure string, c *call, start time.Time, err error) error {
 	// One line per call: at info for errors, so that operators see what
 	// went wrong for whom; at debug for successes, and for calls refused
@@ -74,9 +75,6 @@ func (s *Server) endCall(ctx context.Context, procedure string, c *call, start t
 	}
 	attrs := append(callAttrs(procedure, c), slog.String("subject", c.subject), slog.String("code", code),
 		slog.Duration("duration", time.Since(start)))
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
-	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}

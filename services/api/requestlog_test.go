@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/orchardhq/orchard/internal/telemetry"
 	"github.com/orchardhq/orchard/internal/testlog"
 	"github.com/orchardhq/orchard/internal/testsystem"
 	"github.com/orchardhq/orchard/pkg/store"
@@ -34,7 +35,9 @@ func TestRequestLog(t *testing.T) {
 	t.Parallel()
 	sink := &testlog.Buffer{}
 	e := newEnv(t, func(c *api.Config) {
-		c.Logger = slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		h, err := telemetry.NewLogHandler(sink, "json", slog.LevelInfo)
+		require.NoError(t, err)
+		c.Logger = slog.New(h)
 		c.TracerProvider = sdktrace.NewTracerProvider()
 	})
 	acme := e.tenant("acme", nil, testsystem.QuickDef)
@@ -58,6 +61,12 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, "not_found", l["code"])
 	require.Contains(t, l, "duration")
 	require.Len(t, l["trace_id"], 32)
+	require.Len(t, l["span_id"], 16)
+	for _, line := range bytes.Split(sink.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"msg":"api: call"`)) {
+			require.Equal(t, 1, bytes.Count(line, []byte(`"trace_id"`)), "one trace id, not the call's and the handler's: %s", line)
+		}
+	}
 }
 
 // TestRequestLogRateRefusalsAtDebug: a call refused by the request rate logs
