@@ -304,13 +304,17 @@ func (p *Plan) check() error {
 const settle = time.Second
 
 // window tells, for a plan of the given cycle whose run started at t0,
-// whether the on/off loads are on at t, whether t is a settle or more into
-// its window, and when its window ends.
-func window(cycle time.Duration, t0, t time.Time) (on, settled bool, next time.Time) {
+// which window t is in (counted from 0 at t0), whether t is a settle or
+// more into it, and when it ends. The on/off loads are on in the odd
+// windows (onWindow).
+func window(cycle time.Duration, t0, t time.Time) (n int, settled bool, next time.Time) {
 	d := max(t.Sub(t0), 0)
-	n := d / cycle
-	return n%2 == 1, d-n*cycle >= settle, t0.Add((n + 1) * cycle)
+	k := d / cycle
+	return int(k), d-k*cycle >= settle, t0.Add((k + 1) * cycle)
 }
+
+// onWindow reports whether the on/off loads are on in window n.
+func onWindow(n int) bool { return n%2 == 1 }
 
 // Mode says how a load is offered: "closed" or "open".
 func (l *LoadPlan) Mode() string {

@@ -82,8 +82,9 @@ func TestWindowsAlternateFromOff(t *testing.T) {
 		{20*time.Second + settle, false, true, 30 * time.Second},
 		{39 * time.Second, true, true, 40 * time.Second},
 	} {
-		on, settled, next := window(10*time.Second, t0, t0.Add(tc.at))
-		require.Equal(t, []any{tc.on, tc.settled, t0.Add(tc.next)}, []any{on, settled, next}, "at %v", tc.at)
+		n, settled, next := window(10*time.Second, t0, t0.Add(tc.at))
+		require.Equal(t, []any{tc.on, tc.settled, t0.Add(tc.next)}, []any{onWindow(n), settled, next}, "at %v", tc.at)
+		require.Equal(t, max(tc.at, 0)/(10*time.Second), time.Duration(n), "at %v", tc.at)
 	}
 	p, err := ParsePlan([]byte("cycle: 4s\ntenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}, {kind: fan-out, rate: 1}]}]"))
 	require.NoError(t, err)

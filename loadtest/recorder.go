@@ -36,9 +36,10 @@ type series struct {
 	completed int64
 	errors    map[string]int64
 	seconds   map[int]*hdrhistogram.Histogram
-	// on and off split hist by the plan's windows (see Plan.Cycle), when
-	// it has them.
-	on, off *hdrhistogram.Histogram
+	// windows has the latencies (µs) counted in the plan's windows (see
+	// Plan.Cycle), by window, when it has them: the report compares the
+	// on and off windows, and resamples them by cycle.
+	windows map[int][]int64
 }
 
 // Recorder gathers the outcomes of orchestrations. Outcomes that end before
@@ -104,15 +105,11 @@ func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Durat
 	s.completed++
 	_ = s.hist.RecordValue(micros)
 	if r.cycle > 0 {
-		if on, settled, _ := window(r.cycle, r.t0, end.Add(-latency)); settled {
-			if s.on == nil {
-				s.on, s.off = newHistogram(), newHistogram()
+		if n, settled, _ := window(r.cycle, r.t0, end.Add(-latency)); settled {
+			if s.windows == nil {
+				s.windows = map[int][]int64{}
 			}
-			h := s.off
-			if on {
-				h = s.on
-			}
-			_ = h.RecordValue(micros)
+			s.windows[n] = append(s.windows[n], micros)
 		}
 	}
 	sec := int(end.Sub(r.start) / time.Second)

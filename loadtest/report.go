@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -69,6 +72,13 @@ type LoadResult struct {
 type Windows struct {
 	On  WindowResult `json:"on"`
 	Off WindowResult `json:"off"`
+	// P99ChangeCI is a 90% confidence interval of P99Change: the 5th and
+	// 95th percentiles of the change over the run's cycles (an off window
+	// and the on window after it) resampled with replacement. It tells how
+	// far the change could come from chance alone: a tail of a few of the
+	// slowest, and what else the machine did in one window or another. Nil
+	// with fewer than minCycles cycles.
+	P99ChangeCI *[2]float64 `json:"p99_change_ci90,omitempty"`
 }
 
 // WindowResult is what completed of the orchestrations due in one kind of
@@ -82,16 +92,97 @@ type WindowResult struct {
 // a fraction of the latter (0.1: 10% above).
 func (w *Windows) P99Change() float64 { return w.On.Latency.P99/w.Off.Latency.P99 - 1 }
 
-// windowsOf builds a Windows from the on and off histograms (nil when the
-// off windows have no latency to compare against).
-func windowsOf(on, off *hdrhistogram.Histogram) *Windows {
+// P99ChangeString spells P99Change, and its confidence interval when there
+// is one: "+12% (90% CI -3% to +30%)".
+func (w *Windows) P99ChangeString() string {
+	s := fmt.Sprintf("%+.0f%%", w.P99Change()*100)
+	if ci := w.P99ChangeCI; ci != nil {
+		s += fmt.Sprintf(" (90%% CI %+.0f%% to %+.0f%%)", ci[0]*100, ci[1]*100)
+	}
+	return s
+}
+
+// windowsOf builds a Windows from latencies (µs) by window (nil when the
+// on or the off windows have none).
+func windowsOf(byWindow map[int][]int64) *Windows {
+	on, off := newHistogram(), newHistogram()
+	for n, latencies := range byWindow {
+		h := off
+		if onWindow(n) {
+			h = on
+		}
+		for _, v := range latencies {
+			_ = h.RecordValue(v)
+		}
+	}
 	if off.TotalCount() == 0 || on.TotalCount() == 0 {
 		return nil
 	}
 	return &Windows{
-		On:  WindowResult{Completed: on.TotalCount(), Latency: latencyOf(on)},
-		Off: WindowResult{Completed: off.TotalCount(), Latency: latencyOf(off)},
+		On:          WindowResult{Completed: on.TotalCount(), Latency: latencyOf(on)},
+		Off:         WindowResult{Completed: off.TotalCount(), Latency: latencyOf(off)},
+		P99ChangeCI: p99ChangeCI(byWindow),
 	}
+}
+
+// minCycles is how many cycles with latencies in both windows a
+// confidence interval of the p99's change needs; resampling fewer says
+// little.
+const minCycles = 4
+
+// cycleResamples is how many resamples of the cycles p99ChangeCI draws.
+const cycleResamples = 2000
+
+// p99ChangeCI is the 90% confidence interval of Windows.P99Change, by a
+// bootstrap over the cycles: a cycle is resampled whole, its off window
+// with its on window, since the latencies within one window are not
+// independent (a vacuum, a burst, a pause slows several at once). The
+// resampling's seed is fixed: the same latencies give the same interval.
+func p99ChangeCI(byWindow map[int][]int64) *[2]float64 {
+	var cycles [][2][]int64 // each cycle's off and on latencies, sorted
+	for _, n := range slices.Sorted(maps.Keys(byWindow)) {
+		off, on := byWindow[n], byWindow[n+1]
+		if onWindow(n) || len(off) == 0 || len(on) == 0 {
+			continue
+		}
+		cycles = append(cycles, [2][]int64{slices.Sorted(slices.Values(off)), slices.Sorted(slices.Values(on))})
+	}
+	if len(cycles) < minCycles {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := make([]int, len(cycles))
+	changes := make([]float64, cycleResamples)
+	for i := range changes {
+		for j := range pick {
+			pick[j] = rng.IntN(len(cycles))
+		}
+		changes[i] = float64(p99Of(cycles, pick, 1))/float64(p99Of(cycles, pick, 0)) - 1
+	}
+	slices.Sort(changes)
+	return &[2]float64{changes[cycleResamples*5/100], changes[cycleResamples*95/100-1]}
+}
+
+// p99Of is the p99 of the latencies of side w (0 off, 1 on) of the picked
+// cycles, as HdrHistogram ranks it (p99Rank): the least latency with that
+// many at or below it.
+func p99Of(cycles [][2][]int64, pick []int, w int) int64 {
+	var n int64
+	lo, hi := int64(math.MaxInt64), int64(0)
+	for _, c := range pick {
+		s := cycles[c][w]
+		n += int64(len(s))
+		lo, hi = min(lo, s[0]), max(hi, s[len(s)-1])
+	}
+	rank := p99Rank(n)
+	return lo + int64(sort.Search(int(hi-lo+1), func(i int) bool {
+		var atOrBelow int64
+		for _, c := range pick {
+			k, _ := slices.BinarySearch(cycles[c][w], lo+int64(i)+1)
+			atOrBelow += int64(k)
+		}
+		return atOrBelow >= rank
+	}))
 }
 
 // Latency is start-to-completion latency in milliseconds.
@@ -156,11 +247,11 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 	tenantResults := map[string]*LoadResult{}
 	// The tenants' latencies in the on and off windows, over their loads
 	// that are not on/off.
-	tenantOn, tenantOff := map[string]*hdrhistogram.Histogram{}, map[string]*hdrhistogram.Histogram{}
+	tenantWindows := map[string]map[int][]int64{}
 	for _, t := range plan.Tenants {
 		perTenant[t.ID] = newHistogram()
 		tenantResults[t.ID] = &LoadResult{Tenant: t.ID, Errors: map[string]int64{}}
-		tenantOn[t.ID], tenantOff[t.ID] = newHistogram(), newHistogram()
+		tenantWindows[t.ID] = map[int][]int64{}
 	}
 	for _, t := range plan.Tenants {
 		for i := range t.Loads {
@@ -175,10 +266,11 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 				maps.Copy(res.Errors, s.errors)
 				perTenant[t.ID].Merge(s.hist)
 				total.Merge(s.hist)
-				if s.on != nil && !l.OnOff {
-					res.Windows = windowsOf(s.on, s.off)
-					tenantOn[t.ID].Merge(s.on)
-					tenantOff[t.ID].Merge(s.off)
+				if s.windows != nil && !l.OnOff {
+					res.Windows = windowsOf(s.windows)
+					for n, latencies := range s.windows {
+						tenantWindows[t.ID][n] = append(tenantWindows[t.ID][n], latencies...)
+					}
 				}
 			}
 			res.Throughput = perSecond(res.Completed, seconds)
@@ -203,7 +295,7 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 		tr := tenantResults[t.ID]
 		tr.Throughput = perSecond(tr.Completed, seconds)
 		tr.Latency = latencyOf(perTenant[t.ID])
-		tr.Windows = windowsOf(tenantOn[t.ID], tenantOff[t.ID])
+		tr.Windows = windowsOf(tenantWindows[t.ID])
 		rep.Tenants = append(rep.Tenants, *tr)
 		steady := slices.ContainsFunc(t.Loads, func(l LoadPlan) bool { return !l.OnOff })
 		if plan.Cycle > 0 && steady && tr.Completed > 0 && tr.Windows == nil {
@@ -286,8 +378,8 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 	}
 	for _, r := range rep.Tenants {
 		if ws := r.Windows; ws != nil {
-			fmt.Fprintf(w, "%s while the on/off loads ran: p50 %.1f ms, p99 %.1f ms (%d due); while they did not: p50 %.1f ms, p99 %.1f ms (%d due); p99 %+.0f%%\n",
-				r.Tenant, ws.On.Latency.P50, ws.On.Latency.P99, ws.On.Completed, ws.Off.Latency.P50, ws.Off.Latency.P99, ws.Off.Completed, ws.P99Change()*100)
+			fmt.Fprintf(w, "%s while the on/off loads ran: p50 %.1f ms, p99 %.1f ms (%d due); while they did not: p50 %.1f ms, p99 %.1f ms (%d due); p99 %s\n",
+				r.Tenant, ws.On.Latency.P50, ws.On.Latency.P99, ws.On.Completed, ws.Off.Latency.P50, ws.Off.Latency.P99, ws.Off.Completed, ws.P99ChangeString())
 		}
 	}
 	for _, n := range rep.Notes {

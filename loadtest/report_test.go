@@ -147,3 +147,46 @@ tenants:
 	require.Contains(t, rep.Notes, "quiet has no latency in both on and off windows (each counted from 1s into it): "+
 		"the measured window must span an on and an off window of the cycle (10s) well past their starts")
 }
+
+// TestP99ChangeCIResamplesCycles: the interval of the p99's change covers
+// no change when the on and off windows differ only by which of them
+// happened to hold a slow spell, excludes it when every on window is
+// slower, and is left out with too few cycles to resample.
+func TestP99ChangeCIResamplesCycles(t *testing.T) {
+	t.Parallel()
+	// cycles of 100 latencies a window, 10 ms, but for a slow spell of 5
+	// at 40 ms in the windows slow picks.
+	byWindow := func(cycles int, slow func(n int) bool, onFactor int64) map[int][]int64 {
+		w := map[int][]int64{}
+		for n := range 2 * cycles {
+			for i := range int64(100) {
+				v := 10_000 + i
+				if slow(n) && i < 5 {
+					v = 40_000 + i
+				}
+				if onWindow(n) {
+					v *= onFactor
+				}
+				w[n] = append(w[n], v)
+			}
+		}
+		return w
+	}
+	// Spells in the off window of cycles 0 and 3 and the on window of
+	// cycles 1 and 4, of 12: the p99 of each side rests on its spells.
+	spells := func(n int) bool { return n == 0 || n == 6 || n == 3 || n == 9 }
+	chance := windowsOf(byWindow(12, spells, 1))
+	require.NotNil(t, chance.P99ChangeCI)
+	lo, hi := chance.P99ChangeCI[0], chance.P99ChangeCI[1]
+	require.Less(t, lo, 0.0, "chance")
+	require.Greater(t, hi, 0.0, "chance")
+	require.Equal(t, chance.P99ChangeCI, windowsOf(byWindow(12, spells, 1)).P99ChangeCI, "the same latencies, the same interval")
+
+	slower := windowsOf(byWindow(12, func(int) bool { return false }, 2))
+	require.InDelta(t, 1.0, slower.P99Change(), 0.01)
+	require.Greater(t, slower.P99ChangeCI[0], 0.5, "every on window twice as slow")
+	require.Contains(t, slower.P99ChangeString(), "+100% (90% CI +")
+
+	require.Nil(t, windowsOf(byWindow(minCycles-1, spells, 1)).P99ChangeCI)
+	require.Equal(t, "+0%", windowsOf(byWindow(minCycles-1, spells, 1)).P99ChangeString())
+}

@@ -187,8 +187,8 @@ func Drive(ctx context.Context, l *LoadPlan, t0, end time.Time, one func(seq int
 		if !l.OnOff {
 			return time.Time{}, false
 		}
-		on, _, next := window(l.cycle, t0, t)
-		return next, !on
+		n, _, next := window(l.cycle, t0, t)
+		return next, !onWindow(n)
 	}
 	if l.InFlight > 0 {
 		for range l.InFlight {

@@ -237,8 +237,12 @@ func measure(ctx context.Context, cfg config, m, bin, name string, base, f figur
 		}
 		f.add("quiet-alone", ws.Off.Latency.P99)
 		f.add("quiet-beside", ws.On.Latency.P99)
-		return fmt.Sprintf("quiet tenant's p99 %.1f ms with the noisy one off (%d due), %.1f ms with it on (%d due): %+.0f%%",
-			ws.Off.Latency.P99, ws.Off.Completed, ws.On.Latency.P99, ws.On.Completed, ws.P99Change()*100), nil
+		if ci := ws.P99ChangeCI; ci != nil {
+			f.add("fairness-ci-low", ci[0]*100)
+			f.add("fairness-ci-high", ci[1]*100)
+		}
+		return fmt.Sprintf("quiet tenant's p99 %.1f ms with the noisy one off (%d due), %.1f ms with it on (%d due): %s",
+			ws.Off.Latency.P99, ws.Off.Completed, ws.On.Latency.P99, ws.On.Completed, ws.P99ChangeString()), nil
 	}
 	return "", fmt.Errorf("unknown measure %q", m)
 }
@@ -513,6 +517,8 @@ func rows(pgbench []float64) []row {
 			b, okB := meanOf("quiet-beside")(f)
 			return (b/a - 1) * 100, okA && okB && a > 0
 		}, unit: "%+.0f%%", goal: fmt.Sprintf("<= +%.0f%%", goalFairnessShift*100), met: func(v float64) bool { return v <= goalFairnessShift*100 }},
+		{label: "fairness: the change's 90% CI in a run, low end", figure: "fairness-ci-low", unit: "%+.0f%%"},
+		{label: "fairness: the change's 90% CI in a run, high end", figure: "fairness-ci-high", unit: "%+.0f%%"},
 	}
 }
 
