@@ -127,7 +127,10 @@ func (b *tenantBucket) retryAfterLocked(now time.Time, rt Rate) time.Duration {
 		next = limit
 	}
 	b.promised = next
-	return max(next.Sub(now), time.Millisecond)
+	// Whole milliseconds, rounded up: a finer hint means nothing to a
+	// client, and refusals with the same hint have the same answer, which
+	// the API renders once (rateGate).
+	return max((next.Sub(now) + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
 }
 
 // Len is the number of tenants with a limiter.

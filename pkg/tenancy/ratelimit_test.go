@@ -19,6 +19,8 @@ func TestRateLimiterTripsAndRecovers(t *testing.T) {
 	}{
 		{"10 per second, burst 3", tenancy.Rate{PerSecond: 10, Burst: 3}, 100 * time.Millisecond},
 		{"half per second, burst 1", tenancy.Rate{PerSecond: 0.5, Burst: 1}, 2 * time.Second},
+		// A token every 333.3 ms: the hint is rounded up to the millisecond.
+		{"3 per second, burst 1", tenancy.Rate{PerSecond: 3, Burst: 1}, 334 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,8 +2,11 @@ package api
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,15 +28,16 @@ import (
 // shorter than 256 KiB, to keep the connection, and closes the connection
 // after a longer one.
 type rateGate struct {
-	s      *Server
-	next   http.Handler
-	errors *connect.ErrorWriter
+	s        *Server
+	next     http.Handler
+	refusals *refusals
 }
 
 // gated puts a rateGate in front of a service's handler.
-func (s *Server) gated(errors *connect.ErrorWriter) func(path string, h http.Handler) (string, http.Handler) {
+func (s *Server) gated(w *connect.ErrorWriter) func(path string, h http.Handler) (string, http.Handler) {
+	refusals := &refusals{errors: w, byCause: map[tenancy.ExhaustedError]*refusal{}}
 	return func(path string, h http.Handler) (string, http.Handler) {
-		return path, &rateGate{s: s, next: h, errors: errors}
+		return path, &rateGate{s: s, next: h, refusals: refusals}
 	}
 }
 
@@ -84,15 +88,92 @@ func (g *rateGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{tenant: a.id.Tenant, subject: a.id.Subject}
-	refused := s.otel.Unhandled(ctx, procedure, protocol, r.Header, start, func(ctx context.Context) error {
-		return s.endCall(ctx, procedure, c, start, a.admitErr)
+	answer := g.refusals.of(ctx, s.log, a.admitErr)
+	_ = s.otel.Unhandled(ctx, procedure, protocol, r.Header, start, func(ctx context.Context) error {
+		return s.endCall(ctx, procedure, c, start, answer.err)
 	})
 	if r.ProtoMajor == 1 && r.ContentLength < 0 {
 		// A body of unknown length: net/http would read up to 256 KiB of
 		// it before it sends the answer, to keep the connection.
 		w.Header().Set("Connection", "close")
 	}
-	_ = g.errors.Write(w, r, refused)
+	answer.write(w, r, protocol)
+}
+
+// maxRefusals bounds the refusals kept. The hints of a tenant's refusals by
+// one of its rates are whole milliseconds, up to the time its bucket takes
+// to fill, and once callers keep coming most are that time; past the bound
+// the refusals kept are dropped all at once, and made again.
+const maxRefusals = 512
+
+// refusals keeps what the gate answers to refusals by the rate, made once
+// per cause (resource, limit, retry hint) instead of at each call: a tenant
+// past its rate is refused as often as it calls, and Connect's JSON error
+// with its details (each with a protojson debug copy) was a third of a
+// refusal's time. An answer is only read once made, so calls share it.
+type refusals struct {
+	errors  *connect.ErrorWriter
+	mu      sync.Mutex
+	byCause map[tenancy.ExhaustedError]*refusal
+}
+
+// refusal is the answer to a refusal by the rate: the error the
+// interceptors would give it, and its Connect rendering (the protocol of
+// most clients; a unary Connect error is a JSON body, the same whatever the
+// call), made by the first Connect call refused so.
+type refusal struct {
+	errors  *connect.ErrorWriter
+	err     error
+	once    sync.Once
+	connect recorded
+}
+
+// of is the answer to a call refused with err, an *tenancy.ExhaustedError
+// (overRate).
+func (rs *refusals) of(ctx context.Context, log *slog.Logger, err error) *refusal {
+	ex, _ := errors.AsType[*tenancy.ExhaustedError](err)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if a, ok := rs.byCause[*ex]; ok {
+		return a
+	}
+	if len(rs.byCause) >= maxRefusals {
+		clear(rs.byCause)
+	}
+	a := &refusal{errors: rs.errors, err: connectError(ctx, log, err)}
+	rs.byCause[*ex] = a
+	return a
+}
+
+// write answers a request of the protocol with the refusal.
+func (a *refusal) write(w http.ResponseWriter, r *http.Request, protocol string) {
+	if protocol != connect.ProtocolConnect {
+		_ = a.errors.Write(w, r, a.err)
+		return
+	}
+	a.once.Do(func() {
+		a.connect.header = http.Header{}
+		_ = a.errors.Write(&a.connect, r, a.err)
+	})
+	for k, v := range a.connect.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(a.connect.status)
+	_, _ = w.Write(a.connect.body)
+}
+
+// recorded is a response as written: an http.ResponseWriter that keeps it.
+type recorded struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (rec *recorded) Header() http.Header    { return rec.header }
+func (rec *recorded) WriteHeader(status int) { rec.status = status }
+func (rec *recorded) Write(b []byte) (int, error) {
+	rec.body = append(rec.body, b...)
+	return len(b), nil
 }
 
 // unaryProtocol is the protocol (a connect.Protocol constant) of a unary

@@ -235,6 +235,54 @@ func TestRateGateTakesOneTokenPerCall(t *testing.T) {
 	}
 }
 
+// TestRateRefusalHints: the gate answers each refusal with its own retry
+// hint, in its text and its google.rpc.RetryInfo, though it renders the
+// answers to refusals alike only once: refused calls one after another are
+// told to come back a token apart (tenancy.RateLimiter), so their hints
+// grow, over each protocol.
+func TestRateRefusalHints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const burst = 2
+	hinted := regexp.MustCompile(`retry after (\S+)$`)
+	for i := range 3 {
+		// A token every 100 s: none comes back during the test.
+		tenant := e.tenant(fmt.Sprintf("hinted-%d", i), &store.Limits{RequestsPerSecond: 0.01, Burst: burst})
+		pc := e.protocolClients(e.token(tenant, tenancy.RoleClient), asIs)[i]
+		c := pc.c
+		t.Run(pc.name, func(t *testing.T) {
+			var hints []time.Duration
+			for n := range burst + 3 {
+				_, err := c.client.CountInstances(t.Context(), req(&orchardv1.CountInstancesRequest{}))
+				if n < burst {
+					require.NoError(t, err)
+					continue
+				}
+				requireRefusal(t, err, tenancy.ResourceRequests)
+				ce := err.(*connect.Error)
+				m := hinted.FindStringSubmatch(ce.Message())
+				require.NotNil(t, m, ce.Message())
+				inText, err := time.ParseDuration(m[1])
+				require.NoError(t, err)
+				var info *errdetails.RetryInfo
+				for _, d := range ce.Details() {
+					if v, _ := d.Value(); v != nil {
+						if ri, ok := v.(*errdetails.RetryInfo); ok {
+							info = ri
+						}
+					}
+				}
+				require.NotNil(t, info)
+				require.Equal(t, inText, info.GetRetryDelay().AsDuration(), "the text's hint and the RetryInfo's")
+				hints = append(hints, inText)
+			}
+			for k := 1; k < len(hints); k++ {
+				require.Greater(t, hints[k], hints[k-1], "each refusal's own hint: %v", hints)
+			}
+		})
+	}
+}
+
 // TestRateGateLeavesOtherRefusals: the calls of a tenant past its rate that
 // the interceptors refuse for another reason (no token, a bad one, no role,
 // an unknown or suspended tenant) keep their code.
