@@ -40,6 +40,10 @@ type series struct {
 	// Plan.Cycle), by window, when it has them: the report compares the
 	// on and off windows, and resamples them by cycle.
 	windows map[int][]int64
+	// onsets has the latencies (µs) of the orchestrations due in the first
+	// settle of an on window, which windows leaves out: the on/off loads'
+	// first burst goes through their tenants' limits then.
+	onsets []int64
 }
 
 // Recorder gathers the outcomes of orchestrations. Outcomes that end before
@@ -105,11 +109,14 @@ func (r *Recorder) Record(tenant, load string, end time.Time, latency time.Durat
 	s.completed++
 	_ = s.hist.RecordValue(micros)
 	if r.cycle > 0 {
-		if n, settled, _ := window(r.cycle, r.t0, end.Add(-latency)); settled {
+		switch n, settled, _ := window(r.cycle, r.t0, end.Add(-latency)); {
+		case settled:
 			if s.windows == nil {
 				s.windows = map[int][]int64{}
 			}
 			s.windows[n] = append(s.windows[n], micros)
+		case onWindow(n):
+			s.onsets = append(s.onsets, micros)
 		}
 	}
 	sec := int(end.Sub(r.start) / time.Second)

@@ -51,16 +51,18 @@ func TestRecorderSplitsLatenciesByWhenTheyWereDue(t *testing.T) {
 		r.Record("a", "x", t0.Add(at+latency), latency, nil)
 	}
 	due(6*time.Second, 3*time.Millisecond)
-	due(9500*time.Millisecond, 800*time.Millisecond)           // due off, ends on: off
-	due(10*time.Second+500*time.Millisecond, time.Millisecond) // in the first second of its window: neither
+	due(9500*time.Millisecond, 800*time.Millisecond)             // due off, ends on: off
+	due(10*time.Second+500*time.Millisecond, time.Millisecond)   // in the first second of an on window: its onset
+	due(20*time.Second+500*time.Millisecond, 2*time.Millisecond) // in the first second of an off window: neither
 	due(12*time.Second, 7*time.Millisecond)
 	due(13*time.Second, 9*time.Millisecond)
 	due(21*time.Second, 4*time.Millisecond)
 	r.Record("a", "x", t0.Add(14*time.Second), 0, &sdk.Error{Code: connect.CodeResourceExhausted})
 	_, all := r.snapshot()
 	s := all[seriesKey{"a", "x"}]
-	require.Equal(t, int64(6), s.hist.TotalCount(), "every completion counts in the whole")
+	require.Equal(t, int64(7), s.hist.TotalCount(), "every completion counts in the whole")
 	require.Equal(t, map[int][]int64{0: {3000, 800_000}, 1: {7000, 9000}, 2: {4000}}, s.windows)
+	require.Equal(t, []int64{1000}, s.onsets)
 
 	plain := NewRecorder(t0, t0.Add(10*time.Second))
 	plain.Record("a", "x", t0.Add(time.Second), time.Millisecond, nil)

@@ -72,6 +72,11 @@ type LoadResult struct {
 type Windows struct {
 	On  WindowResult `json:"on"`
 	Off WindowResult `json:"off"`
+	// Onset is the orchestrations due in the first settle of the on
+	// windows, which On leaves out: the on/off loads' first burst goes
+	// through their tenants' limits then, and what it admits runs beside
+	// them. Nil when none was due then.
+	Onset *WindowResult `json:"onset,omitempty"`
 	// P99ChangeCI is a 90% confidence interval of P99Change: the 5th and
 	// 95th percentiles of the change over the run's cycles (an off window
 	// and the on window after it) resampled with replacement. It tells how
@@ -102,9 +107,9 @@ func (w *Windows) P99ChangeString() string {
 	return s
 }
 
-// windowsOf builds a Windows from latencies (µs) by window (nil when the
-// on or the off windows have none).
-func windowsOf(byWindow map[int][]int64) *Windows {
+// windowsOf builds a Windows from latencies (µs) by window and those of
+// the on windows' onsets (nil when the on or the off windows have none).
+func windowsOf(byWindow map[int][]int64, onsets []int64) *Windows {
 	on, off := newHistogram(), newHistogram()
 	for n, latencies := range byWindow {
 		h := off
@@ -118,11 +123,19 @@ func windowsOf(byWindow map[int][]int64) *Windows {
 	if off.TotalCount() == 0 || on.TotalCount() == 0 {
 		return nil
 	}
-	return &Windows{
+	ws := &Windows{
 		On:          WindowResult{Completed: on.TotalCount(), Latency: latencyOf(on)},
 		Off:         WindowResult{Completed: off.TotalCount(), Latency: latencyOf(off)},
 		P99ChangeCI: p99ChangeCI(byWindow),
 	}
+	if len(onsets) > 0 {
+		h := newHistogram()
+		for _, v := range onsets {
+			_ = h.RecordValue(v)
+		}
+		ws.Onset = &WindowResult{Completed: h.TotalCount(), Latency: latencyOf(h)}
+	}
+	return ws
 }
 
 // minCycles is how many cycles with latencies in both windows a
@@ -248,6 +261,7 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 	// The tenants' latencies in the on and off windows, over their loads
 	// that are not on/off.
 	tenantWindows := map[string]map[int][]int64{}
+	tenantOnsets := map[string][]int64{}
 	for _, t := range plan.Tenants {
 		perTenant[t.ID] = newHistogram()
 		tenantResults[t.ID] = &LoadResult{Tenant: t.ID, Errors: map[string]int64{}}
@@ -267,10 +281,11 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 				perTenant[t.ID].Merge(s.hist)
 				total.Merge(s.hist)
 				if s.windows != nil && !l.OnOff {
-					res.Windows = windowsOf(s.windows)
+					res.Windows = windowsOf(s.windows, s.onsets)
 					for n, latencies := range s.windows {
 						tenantWindows[t.ID][n] = append(tenantWindows[t.ID][n], latencies...)
 					}
+					tenantOnsets[t.ID] = append(tenantOnsets[t.ID], s.onsets...)
 				}
 			}
 			res.Throughput = perSecond(res.Completed, seconds)
@@ -295,7 +310,7 @@ func buildReport(r *Recorder, plan *Plan, seconds float64) *Report {
 		tr := tenantResults[t.ID]
 		tr.Throughput = perSecond(tr.Completed, seconds)
 		tr.Latency = latencyOf(perTenant[t.ID])
-		tr.Windows = windowsOf(tenantWindows[t.ID])
+		tr.Windows = windowsOf(tenantWindows[t.ID], tenantOnsets[t.ID])
 		rep.Tenants = append(rep.Tenants, *tr)
 		steady := slices.ContainsFunc(t.Loads, func(l LoadPlan) bool { return !l.OnOff })
 		if plan.Cycle > 0 && steady && tr.Completed > 0 && tr.Windows == nil {
@@ -378,8 +393,12 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 	}
 	for _, r := range rep.Tenants {
 		if ws := r.Windows; ws != nil {
-			fmt.Fprintf(w, "%s while the on/off loads ran: p50 %.1f ms, p99 %.1f ms (%d due); while they did not: p50 %.1f ms, p99 %.1f ms (%d due); p99 %s\n",
+			fmt.Fprintf(w, "%s while the on/off loads ran: p50 %.1f ms, p99 %.1f ms (%d due); while they did not: p50 %.1f ms, p99 %.1f ms (%d due); p99 %s",
 				r.Tenant, ws.On.Latency.P50, ws.On.Latency.P99, ws.On.Completed, ws.Off.Latency.P50, ws.Off.Latency.P99, ws.Off.Completed, ws.P99ChangeString())
+			if o := ws.Onset; o != nil {
+				fmt.Fprintf(w, "; in the first %v of their turns, left out: p99 %.1f ms (%d due)", settle, o.Latency.P99, o.Completed)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	for _, n := range rep.Notes {

@@ -108,9 +108,13 @@ tenants:
 	r := NewRecorder(t0, t0.Add(40*time.Second))
 	r.splitByWindow(t0, 10*time.Second)
 	for s := range 40 {
-		// 10 ms while the noisy load is off, 12 ms while it is on.
+		// 10 ms while the noisy load is off, 12 ms while it is on, 50 ms
+		// in the first second it is on.
 		latency := 10 * time.Millisecond
-		if (s/10)%2 == 1 {
+		switch {
+		case (s/10)%2 == 1 && s%10 == 0:
+			latency = 50 * time.Millisecond
+		case (s/10)%2 == 1:
 			latency = 12 * time.Millisecond
 		}
 		due := t0.Add(time.Duration(s)*time.Second + 100*time.Millisecond)
@@ -127,12 +131,14 @@ tenants:
 	require.InDelta(t, 12.0, quiet.Windows.On.Latency.P99, 0.01)
 	require.InDelta(t, 10.0, quiet.Windows.Off.Latency.P99, 0.01)
 	require.InDelta(t, 0.2, quiet.Windows.P99Change(), 0.002)
+	require.Equal(t, int64(2), quiet.Windows.Onset.Completed, "the first second of each on window, apart")
+	require.InDelta(t, 50.0, quiet.Windows.Onset.Latency.P99, 0.05)
 	require.Nil(t, rep.Loads[1].Windows, "the on/off load itself is not split")
 	require.Nil(t, rep.Tenants[1].Windows)
 
 	var sb strings.Builder
 	require.NoError(t, rep.WriteSummary(&sb))
-	require.Contains(t, sb.String(), "quiet while the on/off loads ran: p50 12.0 ms, p99 12.0 ms (18 due); while they did not: p50 10.0 ms, p99 10.0 ms (18 due); p99 +20%")
+	require.Contains(t, sb.String(), "quiet while the on/off loads ran: p50 12.0 ms, p99 12.0 ms (18 due); while they did not: p50 10.0 ms, p99 10.0 ms (18 due); p99 +20%; in the first 1s of their turns, left out: p99 50.0 ms (2 due)\n")
 	require.NotContains(t, sb.String(), "noisy while")
 	for _, n := range rep.Notes {
 		require.NotContains(t, n, "no latency in both")
@@ -175,18 +181,18 @@ func TestP99ChangeCIResamplesCycles(t *testing.T) {
 	// Spells in the off window of cycles 0 and 3 and the on window of
 	// cycles 1 and 4, of 12: the p99 of each side rests on its spells.
 	spells := func(n int) bool { return n == 0 || n == 6 || n == 3 || n == 9 }
-	chance := windowsOf(byWindow(12, spells, 1))
+	chance := windowsOf(byWindow(12, spells, 1), nil)
 	require.NotNil(t, chance.P99ChangeCI)
 	lo, hi := chance.P99ChangeCI[0], chance.P99ChangeCI[1]
 	require.Less(t, lo, 0.0, "chance")
 	require.Greater(t, hi, 0.0, "chance")
-	require.Equal(t, chance.P99ChangeCI, windowsOf(byWindow(12, spells, 1)).P99ChangeCI, "the same latencies, the same interval")
+	require.Equal(t, chance.P99ChangeCI, windowsOf(byWindow(12, spells, 1), nil).P99ChangeCI, "the same latencies, the same interval")
 
-	slower := windowsOf(byWindow(12, func(int) bool { return false }, 2))
+	slower := windowsOf(byWindow(12, func(int) bool { return false }, 2), nil)
 	require.InDelta(t, 1.0, slower.P99Change(), 0.01)
 	require.Greater(t, slower.P99ChangeCI[0], 0.5, "every on window twice as slow")
 	require.Contains(t, slower.P99ChangeString(), "+100% (90% CI +")
 
-	require.Nil(t, windowsOf(byWindow(minCycles-1, spells, 1)).P99ChangeCI)
-	require.Equal(t, "+0%", windowsOf(byWindow(minCycles-1, spells, 1)).P99ChangeString())
+	require.Nil(t, windowsOf(byWindow(minCycles-1, spells, 1), nil).P99ChangeCI)
+	require.Equal(t, "+0%", windowsOf(byWindow(minCycles-1, spells, 1), nil).P99ChangeString())
 }
