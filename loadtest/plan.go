@@ -65,6 +65,7 @@ type Limits struct {
 	RequestsPerSecond   float64 `yaml:"requests_per_second"`
 	Burst               int     `yaml:"burst"`
 	StartsPerSecond     float64 `yaml:"starts_per_second"`
+	StartsBurst         int     `yaml:"starts_burst"`
 	MaxRunningInstances int64   `yaml:"max_running_instances"`
 }
 
@@ -240,7 +241,7 @@ func (p *Plan) check() error {
 			bad("%s.id: %q twice", at, t.ID)
 		}
 		seen[t.ID] = true
-		if l := t.Limits; l != nil && (l.RequestsPerSecond < 0 || l.Burst < 0 || l.StartsPerSecond < 0 || l.MaxRunningInstances < 0) {
+		if l := t.Limits; l != nil && (l.RequestsPerSecond < 0 || l.Burst < 0 || l.StartsPerSecond < 0 || l.StartsBurst < 0 || l.MaxRunningInstances < 0) {
 			bad("%s.limits: must not be negative", at)
 		}
 		if len(t.Loads) == 0 || len(t.Loads) > maxLoads {

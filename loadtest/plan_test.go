@@ -56,6 +56,7 @@ func TestParsePlanRejects(t *testing.T) {
 		"duration":      {"duration: soon\ntenants: [{id: a, loads: [{kind: timer, rate: 1}]}]", `invalid duration "soon"`},
 		"same load":     {"tenants: [{id: a, loads: [{kind: timer, rate: 1}, {kind: timer, rate: 2}]}]", `name: "timer" twice`},
 		"limits":        {"tenants: [{id: a, limits: {burst: -1}, loads: [{kind: timer, rate: 1}]}]", "limits: must not be negative"},
+		"starts burst":  {"tenants: [{id: a, limits: {starts_burst: -1}, loads: [{kind: timer, rate: 1}]}]", "limits: must not be negative"},
 		"on_off alone":  {"tenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}]}]", "on_off loads need the plan's cycle"},
 		"cycle alone":   {"cycle: 10s\ntenants: [{id: a, loads: [{kind: timer, rate: 1}]}]", "cycle: no load is on_off"},
 		"short cycle":   {"cycle: 1s\ntenants: [{id: a, loads: [{kind: timer, rate: 1, on_off: true}]}]", "cycle: at least 2s"},

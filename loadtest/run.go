@@ -337,7 +337,7 @@ func tenantToken(ctx context.Context, cfg Config, admin *sdk.AdminClient, tp *Te
 }
 
 func (l *Limits) sdk() sdk.Limits {
-	return sdk.Limits{RequestsPerSecond: l.RequestsPerSecond, Burst: l.Burst, StartsPerSecond: l.StartsPerSecond, MaxRunningInstances: l.MaxRunningInstances}
+	return sdk.Limits{RequestsPerSecond: l.RequestsPerSecond, Burst: l.Burst, StartsPerSecond: l.StartsPerSecond, StartsBurst: l.StartsBurst, MaxRunningInstances: l.MaxRunningInstances}
 }
 
 // register registers the definitions the tenant's loads run.

@@ -58,6 +58,7 @@ type limitsJSON struct {
 	RequestsPerSecond            float64 `json:"requestsPerSecond"`
 	Burst                        int     `json:"burst"`
 	StartsPerSecond              float64 `json:"startsPerSecond"`
+	StartsBurst                  int     `json:"startsBurst"`
 	MaxRunningInstances          int64   `json:"maxRunningInstances"`
 	MaxPayloadBytes              int64   `json:"maxPayloadBytes"`
 	MaxHistoryEventsPerExecution int64   `json:"maxHistoryEventsPerExecution"`
@@ -76,7 +77,7 @@ func tenantView(t *sdk.Tenant) tenantJSON {
 	l := t.Limits
 	return tenantJSON{
 		TenantID: t.ID, State: string(t.State),
-		Limits: limitsJSON{RequestsPerSecond: l.RequestsPerSecond, Burst: l.Burst, StartsPerSecond: l.StartsPerSecond, MaxRunningInstances: l.MaxRunningInstances,
+		Limits: limitsJSON{RequestsPerSecond: l.RequestsPerSecond, Burst: l.Burst, StartsPerSecond: l.StartsPerSecond, StartsBurst: l.StartsBurst, MaxRunningInstances: l.MaxRunningInstances,
 			MaxPayloadBytes: l.MaxPayloadBytes, MaxHistoryEventsPerExecution: l.MaxHistoryEventsPerExecution},
 		RetentionPolicy: policyView(t.RetentionPolicy),
 		CreatedAt:       jsonTime(t.CreatedAt), UpdatedAt: jsonTime(t.UpdatedAt),

@@ -165,12 +165,14 @@ func policyFromProto(p *orchardv1.RetentionPolicy) RetentionPolicy {
 // ErrResourceExhausted. A zero field means the platform's default.
 type Limits struct {
 	// RequestsPerSecond is the sustained API request rate; Burst the
-	// requests allowed at once above it, and the starts above
-	// StartsPerSecond, the rate of orchestration starts (zero: as many as
-	// the request rate lets through).
+	// requests allowed at once above it. StartsPerSecond is the rate of
+	// orchestration starts (zero: as many as the request rate lets
+	// through); StartsBurst the starts allowed at once above it (zero:
+	// Burst).
 	RequestsPerSecond float64
 	Burst             int
 	StartsPerSecond   float64
+	StartsBurst       int
 	// MaxRunningInstances bounds the instances running at once.
 	MaxRunningInstances int64
 	// MaxPayloadBytes bounds one input, output or event.
@@ -186,7 +188,7 @@ type Limits struct {
 
 func (l Limits) toProto() *orchardv1.Limits {
 	return &orchardv1.Limits{
-		RequestsPerSecond: l.RequestsPerSecond, Burst: int32(l.Burst), StartsPerSecond: l.StartsPerSecond, MaxRunningInstances: l.MaxRunningInstances,
+		RequestsPerSecond: l.RequestsPerSecond, Burst: int32(l.Burst), StartsPerSecond: l.StartsPerSecond, StartsBurst: int32(l.StartsBurst), MaxRunningInstances: l.MaxRunningInstances,
 		MaxPayloadBytes: l.MaxPayloadBytes, MaxHistoryEventsPerExecution: l.MaxHistoryEventsPerExecution,
 		MaxValueBytes: l.MaxValueBytes, MaxTurnStateBytes: l.MaxTurnStateBytes, TurnBudgetMillis: l.TurnBudget.Milliseconds(),
 	}
@@ -194,7 +196,7 @@ func (l Limits) toProto() *orchardv1.Limits {
 
 func limitsFromProto(p *orchardv1.Limits) Limits {
 	return Limits{
-		RequestsPerSecond: p.GetRequestsPerSecond(), Burst: int(p.GetBurst()), StartsPerSecond: p.GetStartsPerSecond(), MaxRunningInstances: p.GetMaxRunningInstances(),
+		RequestsPerSecond: p.GetRequestsPerSecond(), Burst: int(p.GetBurst()), StartsPerSecond: p.GetStartsPerSecond(), StartsBurst: int(p.GetStartsBurst()), MaxRunningInstances: p.GetMaxRunningInstances(),
 		MaxPayloadBytes: p.GetMaxPayloadBytes(), MaxHistoryEventsPerExecution: p.GetMaxHistoryEventsPerExecution(),
 		MaxValueBytes: p.GetMaxValueBytes(), MaxTurnStateBytes: p.GetMaxTurnStateBytes(), TurnBudget: time.Duration(p.GetTurnBudgetMillis()) * time.Millisecond,
 	}

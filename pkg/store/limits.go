@@ -19,8 +19,8 @@ type Limits struct {
 	// tenant's worker calls and its other calls each have a bucket of this
 	// rate and Burst (services/api, access.worker).
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
-	// Burst is how many requests may come at once above the rate, and
-	// starts above StartsPerSecond. Default 200.
+	// Burst is how many requests may come at once above the rate.
+	// Default 200.
 	Burst int `json:"burst,omitempty"`
 	// StartsPerSecond is the sustained rate of orchestration starts: a
 	// start takes a request and a start, so the tenant's reads, waits and
@@ -28,6 +28,10 @@ type Limits struct {
 	// is bounded. Default: the request rate (a start is then bounded by
 	// the request bucket alone).
 	StartsPerSecond float64 `json:"starts_per_second,omitempty"`
+	// StartsBurst is how many starts may come at once above
+	// StartsPerSecond. Default: Burst. Each start a burst lets through
+	// runs at once, beside every other tenant's work.
+	StartsBurst int `json:"starts_burst,omitempty"`
 	// MaxRunningInstances bounds the instances not yet terminal. Default 10,000.
 	MaxRunningInstances int64 `json:"max_running_instances,omitempty"`
 	// MaxPayloadBytes bounds one input, output or event payload. Default 1 MiB.
@@ -53,6 +57,7 @@ func DefaultLimits() Limits {
 		RequestsPerSecond:            100,
 		Burst:                        200,
 		StartsPerSecond:              100, // unset, it follows RequestsPerSecond
+		StartsBurst:                  200, // unset, it follows Burst
 		MaxRunningInstances:          10_000,
 		MaxPayloadBytes:              1 << 20,
 		MaxHistoryEventsPerExecution: 10_000,
@@ -86,6 +91,7 @@ func (l Limits) Effective() Limits {
 		l.StartsPerSecond = l.RequestsPerSecond
 	}
 	l.Burst = int(inRangeOr(int64(l.Burst), MaxBurst, int64(d.Burst)))
+	l.StartsBurst = int(inRangeOr(int64(l.StartsBurst), MaxBurst, int64(l.Burst)))
 	l.MaxRunningInstances = inRangeOr(l.MaxRunningInstances, MaxRunningInstancesCeiling, d.MaxRunningInstances)
 	l.MaxPayloadBytes = inRangeOr(l.MaxPayloadBytes, MaxPayloadBytesCeiling, d.MaxPayloadBytes)
 	l.MaxHistoryEventsPerExecution = inRangeOr(l.MaxHistoryEventsPerExecution, MaxHistoryEventsCeiling, d.MaxHistoryEventsPerExecution)
@@ -115,6 +121,9 @@ func (l Limits) Validate() error {
 	}
 	if l.Burst < 0 || l.Burst > MaxBurst {
 		errs = append(errs, fmt.Errorf("burst must be in [0, %d]", MaxBurst))
+	}
+	if l.StartsBurst < 0 || l.StartsBurst > MaxBurst {
+		errs = append(errs, fmt.Errorf("starts_burst must be in [0, %d]", MaxBurst))
 	}
 	if l.MaxRunningInstances < 0 || l.MaxRunningInstances > MaxRunningInstancesCeiling {
 		errs = append(errs, fmt.Errorf("max_running_instances must be in [0, %d]", MaxRunningInstancesCeiling))

@@ -329,7 +329,8 @@ func TestWorkerCallsHaveTheirOwnRequestBudget(t *testing.T) {
 
 // TestStartsHaveTheirOwnRate: a tenant past its rate of starts is refused
 // its starts, naming them, with a retry hint, over each protocol, while its
-// other calls keep the whole request rate; a start also takes a request.
+// other calls keep the whole request rate; the starts' burst is the
+// requests' unless set apart; a start also takes a request.
 // (TestRateRefusalReadsNoBody: the refusal reads no body.)
 func TestStartsHaveTheirOwnRate(t *testing.T) {
 	t.Parallel()
@@ -350,11 +351,23 @@ func TestStartsHaveTheirOwnRate(t *testing.T) {
 		require.NoError(t, err, "a read beside exhausted starts")
 	}
 
+	// A burst of starts of its own: 3 at once, while requests may come 100
+	// at once.
+	bounded := e.tenant("bounded", &store.Limits{RequestsPerSecond: 100_000, Burst: 100, StartsPerSecond: 0.001, StartsBurst: 3}, testsystem.EchoDef)
+	cs := e.clients(e.token(bounded, tenancy.RoleClient))
+	for i := range 3 {
+		_, err := cs.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", InstanceId: strconv.Itoa(i), Input: []byte(`1`)}))
+		require.NoError(t, err)
+	}
+	_, err := cs.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+	requireRefusal(t, err, tenancy.ResourceStarts)
+	requireCode(t, err, connect.CodeResourceExhausted, "starts (limit 3)")
+
 	// A start takes a request too: past the request rate, the start
 	// bucket's tokens do not let it through.
 	both := e.tenant("both", &store.Limits{RequestsPerSecond: 0.001, Burst: 2, StartsPerSecond: 100_000}, testsystem.EchoDef)
 	cb := e.clients(e.token(both, tenancy.RoleClient))
-	_, err := cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
+	_, err = cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
 	require.NoError(t, err, "registering took one token, the start the other")
 	_, err = cb.client.StartOrchestration(ctx, req(&orchardv1.StartOrchestrationRequest{Name: "echo", Input: []byte(`1`)}))
 	requireCode(t, err, connect.CodeResourceExhausted, "requests")

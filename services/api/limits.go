@@ -33,7 +33,7 @@ func requestRate(l store.Limits) tenancy.Rate {
 // startRate is the tenant's rate of starts for the rate limiter.
 func startRate(l store.Limits) tenancy.Rate {
 	e := l.Effective()
-	return tenancy.Rate{PerSecond: e.StartsPerSecond, Burst: e.Burst, Resource: tenancy.ResourceStarts}
+	return tenancy.Rate{PerSecond: e.StartsPerSecond, Burst: e.StartsBurst, Resource: tenancy.ResourceStarts}
 }
 
 // requestBucket names the rate limiter's bucket of a tenant's call: its

@@ -459,11 +459,11 @@ func TestConsole(t *testing.T) {
 		p.Run(browsertest.Click(`//tr[td/span[text()="newco"]]//button[contains(., "Limits")]`, chromedp.BySearch),
 			chromedp.WaitVisible("#limit-requestsPerSecond", chromedp.ByQuery),
 			browsertest.SetValue("#limit-requestsPerSecond", "5", chromedp.ByQuery), browsertest.SetValue("#limit-startsPerSecond", "2", chromedp.ByQuery),
-			browsertest.Click("#limits-save", chromedp.ByQuery))
+			browsertest.SetValue("#limit-startsBurst", "3", chromedp.ByQuery), browsertest.Click("#limits-save", chromedp.ByQuery))
 		p.WaitText("#tenants-result", "Limits of newco saved")
 		tn, err = e.Store.GetTenant(t.Context(), &store.GetTenantParams{TenantID: "newco"})
 		require.NoError(t, err)
-		require.Equal(t, store.Limits{RequestsPerSecond: 5, StartsPerSecond: 2, TurnBudgetMillis: 5000}, tn.Limits)
+		require.Equal(t, store.Limits{RequestsPerSecond: 5, StartsPerSecond: 2, StartsBurst: 3, TurnBudgetMillis: 5000}, tn.Limits)
 		p.Screenshot("platform-tenants")
 
 		e.open(p, "#/platform-usage")

@@ -236,8 +236,8 @@ type Limits struct {
 	// worker calls (poll, heartbeat, complete, fail) and for its other calls
 	// apart: each has a bucket of this rate and burst.
 	RequestsPerSecond float64 `protobuf:"fixed64,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
-	// Requests allowed at once above the sustained rate, and starts above
-	// starts_per_second (0 to 1000000).
+	// Requests allowed at once above the sustained rate (0 to 1000000), and
+	// starts above starts_per_second unless starts_burst says otherwise.
 	Burst int32 `protobuf:"varint,2,opt,name=burst,proto3" json:"burst,omitempty"`
 	// Instances that may be running at once (0 to 100000000).
 	MaxRunningInstances int64 `protobuf:"varint,3,opt,name=max_running_instances,json=maxRunningInstances,proto3" json:"max_running_instances,omitempty"`
@@ -257,13 +257,19 @@ type Limits struct {
 	// the execution fails.
 	TurnBudgetMillis int64 `protobuf:"varint,8,opt,name=turn_budget_millis,json=turnBudgetMillis,proto3" json:"turn_budget_millis,omitempty"`
 	// Orchestrations the tenant may start per second (0 to 100000), with
-	// burst starts at once above it; 0 means as many as its request rate
-	// lets through. A start takes a request and a start: the bucket bounds
-	// the work the tenant creates, while its reads, waits and other calls
-	// have the whole request rate.
+	// starts_burst starts at once above it; 0 means as many as its request
+	// rate lets through. A start takes a request and a start: the bucket
+	// bounds the work the tenant creates, while its reads, waits and other
+	// calls have the whole request rate.
 	StartsPerSecond float64 `protobuf:"fixed64,9,opt,name=starts_per_second,json=startsPerSecond,proto3" json:"starts_per_second,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Starts allowed at once above starts_per_second (0 to 1000000); 0
+	// means burst. Every start a burst lets through runs at once, beside the
+	// other tenants' work: a smaller burst of starts than of requests keeps
+	// a tenant's reads and waits quick without letting it start more at once
+	// than the platform should run at once.
+	StartsBurst   int32 `protobuf:"varint,10,opt,name=starts_burst,json=startsBurst,proto3" json:"starts_burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -355,6 +361,13 @@ func (x *Limits) GetTurnBudgetMillis() int64 {
 func (x *Limits) GetStartsPerSecond() float64 {
 	if x != nil {
 		return x.StartsPerSecond
+	}
+	return 0
+}
+
+func (x *Limits) GetStartsBurst() int32 {
+	if x != nil {
+		return x.StartsBurst
 	}
 	return 0
 }
@@ -1417,7 +1430,7 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\rrules_by_name\x18\x02 \x03(\v2,.orchard.v1.RetentionPolicy.RulesByNameEntryB(\xbaH%\x9a\x01\"\x10\xc8\x01\"\x1dr\x1b\x10\x01\x18\xc8\x012\x14^[A-Za-z0-9._:@/-]+$R\vrulesByName\x1aY\n" +
 	"\x10RulesByNameEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xbb\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.orchard.v1.RetentionRuleR\x05value:\x028\x01\"\xeb\x04\n" +
 	"\x06Limits\x12G\n" +
 	"\x13requests_per_second\x18\x01 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x11requestsPerSecond\x12!\n" +
 	"\x05burst\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\x05burst\x12@\n" +
@@ -1428,7 +1441,9 @@ const file_orchard_v1_tenant_service_proto_rawDesc = "" +
 	"\x14max_turn_state_bytes\x18\a \x01(\x03B\r\xbaH\n" +
 	"\"\b\x18\x80\x80\x80\x80\x01(\x00R\x11maxTurnStateBytes\x129\n" +
 	"\x12turn_budget_millis\x18\b \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\xcf$(\x00R\x10turnBudgetMillis\x12C\n" +
-	"\x11starts_per_second\x18\t \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x0fstartsPerSecond\"\xdd\x01\n" +
+	"\x11starts_per_second\x18\t \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\x00j\xf8@)\x00\x00\x00\x00\x00\x00\x00\x00R\x0fstartsPerSecond\x12.\n" +
+	"\fstarts_burst\x18\n" +
+	" \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\vstartsBurst\"\xdd\x01\n" +
 	"\x05Usage\x126\n" +
 	"\tinstances\x18\x01 \x01(\v2\x18.orchard.v1.StatusCountsR\tinstances\x12\x1e\n" +
 	"\n" +

@@ -8,6 +8,7 @@ const LIMIT_FIELDS = [
   ['requestsPerSecond', 'Requests per second', '0', '100000', 'any'],
   ['burst', 'Burst', '0', '1000000', '1'],
   ['startsPerSecond', 'Starts per second', '0', '100000', 'any'],
+  ['startsBurst', 'Starts burst', '0', '1000000', '1'],
   ['maxRunningInstances', 'Running instances', '0', '100000000', '1'],
   ['maxPayloadBytes', 'Payload bytes', '0', '16777216', '1'],
   ['maxHistoryEventsPerExecution', 'History events per execution', '0', '1000000', '1'],

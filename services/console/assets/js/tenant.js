@@ -174,6 +174,7 @@ export function limitsTable(l) {
     ['Requests per second', num(l.requestsPerSecond)],
     ['Burst', num(l.burst)],
     ['Starts per second', l.startsPerSecond ? num(l.startsPerSecond) : 'the request rate'],
+    ['Starts burst', l.startsBurst ? num(l.startsBurst) : 'the burst'],
     ['Running instances', num(l.maxRunningInstances)],
     ['Payload bytes', num(l.maxPayloadBytes)],
     ['History events per execution', num(l.maxHistoryEventsPerExecution)],
