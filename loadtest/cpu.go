@@ -22,6 +22,13 @@ type CPUReport struct {
 	OrchardMillisPerOrchestration   float64 `json:"orchard_ms_per_orchestration"`
 	DatabaseMillisPerOrchestration  float64 `json:"database_ms_per_orchestration"`
 	GeneratorMillisPerOrchestration float64 `json:"generator_ms_per_orchestration"`
+	// The generator's machine over the window: its CPUs, the cores left
+	// idle, and the cores its hypervisor gave to other guests (steal). Time
+	// stolen slows every process here alike, so a sitting with much of it
+	// reads worse than the code is.
+	MachineCores int     `json:"machine_cores,omitempty"`
+	IdleCores    float64 `json:"idle_cores"`
+	StolenCores  float64 `json:"stolen_cores"`
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's times:
@@ -29,8 +36,56 @@ type CPUReport struct {
 const clockTicks = 100
 
 // cpuSample is the CPU time, so far, of the process trees under some
-// roots (Orchard's and the database's) and of the generator.
-type cpuSample struct{ orchard, database, generator time.Duration }
+// roots (Orchard's and the database's), of the generator, and of the
+// machine.
+type cpuSample struct {
+	orchard, database, generator time.Duration
+	machine                      machineTicks
+}
+
+// machineTicks is the machine's CPU time so far, all its CPUs together, in
+// ticks: in all, idle (waiting for I/O included), and stolen.
+type machineTicks struct {
+	cpus                int
+	total, idle, stolen int64
+}
+
+// parseMachineStat reads /proc/stat: the times of its "cpu" line (user,
+// nice, system, idle, iowait, irq, softirq, steal; the guest times after
+// them are within user and nice) and the number of its "cpuN" lines.
+func parseMachineStat(data string) (machineTicks, error) {
+	var m machineTicks
+	found := false
+	for line := range strings.Lines(data) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0 || !strings.HasPrefix(f[0], "cpu"):
+		case f[0] != "cpu":
+			m.cpus++
+		case len(f) < 9:
+			return machineTicks{}, fmt.Errorf("short cpu line in /proc/stat: %q", line)
+		default:
+			found = true
+			for i, v := range f[1:9] {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return machineTicks{}, fmt.Errorf("cpu line in /proc/stat: %w", err)
+				}
+				m.total += n
+				switch i {
+				case 3, 4:
+					m.idle += n
+				case 7:
+					m.stolen += n
+				}
+			}
+		}
+	}
+	if !found || m.cpus == 0 {
+		return machineTicks{}, fmt.Errorf("no cpu lines in /proc/stat")
+	}
+	return m, nil
+}
 
 // procStat is what the generator reads of /proc/<pid>/stat.
 type procStat struct {
@@ -143,7 +198,12 @@ func sampleCPU(roots []int) (cpuSample, error) {
 	if s.orchard == 0 && s.database == 0 {
 		return s, fmt.Errorf("no process found under %v", roots)
 	}
-	return s, nil
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, err
+	}
+	s.machine, err = parseMachineStat(string(data))
+	return s, err
 }
 
 // cpuReport turns two samples taken elapsed apart, over which completed
@@ -159,6 +219,12 @@ func cpuReport(roots []int, before, after cpuSample, elapsed time.Duration, comp
 		r.OrchardMillisPerOrchestration = float64(orch.Milliseconds()) / float64(completed)
 		r.DatabaseMillisPerOrchestration = float64(db.Milliseconds()) / float64(completed)
 		r.GeneratorMillisPerOrchestration = float64(gen.Milliseconds()) / float64(completed)
+	}
+	if ticks := after.machine.total - before.machine.total; ticks > 0 {
+		cores := float64(after.machine.cpus)
+		r.MachineCores = after.machine.cpus
+		r.IdleCores = cores * float64(after.machine.idle-before.machine.idle) / float64(ticks)
+		r.StolenCores = cores * float64(after.machine.stolen-before.machine.stolen) / float64(ticks)
 	}
 	return r
 }

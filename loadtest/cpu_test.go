@@ -23,6 +23,34 @@ func TestParseProcStat(t *testing.T) {
 	require.Error(t, err)
 }
 
+func TestParseMachineStat(t *testing.T) {
+	t.Parallel()
+	// Two CPUs; idle 400 and iowait 50, steal 30 of 1,000 ticks in all
+	// (the guest times after steal are within user and nice).
+	m, err := parseMachineStat(`cpu  300 20 150 400 50 10 40 30 7 0
+cpu0 150 10 75 200 25 5 20 15 7 0
+cpu1 150 10 75 200 25 5 20 15 0 0
+intr 12345 0 0
+ctxt 999
+`)
+	require.NoError(t, err)
+	require.Equal(t, machineTicks{cpus: 2, total: 1000, idle: 450, stolen: 30}, m)
+	_, err = parseMachineStat("cpu0 1 2 3 4 5 6 7 8\n")
+	require.Error(t, err, "no cpu line")
+	_, err = parseMachineStat("cpu 1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\n")
+	require.Error(t, err, "short cpu line")
+	_, err = parseMachineStat("cpu 1 2 3 x 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\n")
+	require.Error(t, err, "not a number")
+
+	// Over a window, the machine's ticks give its idle and stolen cores.
+	before := cpuSample{machine: machineTicks{cpus: 2, total: 1000, idle: 400, stolen: 100}}
+	after := cpuSample{orchard: time.Second, database: time.Second, machine: machineTicks{cpus: 2, total: 2000, idle: 600, stolen: 350}}
+	r := cpuReport([]int{10}, before, after, time.Second, 10)
+	require.Equal(t, 2, r.MachineCores)
+	require.InDelta(t, 0.4, r.IdleCores, 1e-9)
+	require.InDelta(t, 0.5, r.StolenCores, 1e-9)
+}
+
 func TestProcessCPUGrowsWithWork(t *testing.T) {
 	t.Parallel()
 	before, err := ProcessCPU(os.Getpid())

@@ -59,6 +59,8 @@ tenants:
 	require.Empty(t, rep.Total.Errors)
 	require.NotEmpty(t, rep.Timeline)
 	require.NotNil(t, rep.CPU, "this process's CPU is readable: %v", rep.Notes)
+	require.Positive(t, rep.CPU.MachineCores, "the machine's CPU is read too")
+	require.LessOrEqual(t, rep.CPU.IdleCores+rep.CPU.StolenCores, float64(rep.CPU.MachineCores)+1e-9)
 
 	jsonPath, chartPath, err := rep.Save(t.TempDir())
 	require.NoError(t, err)

@@ -390,6 +390,9 @@ func (rep *Report) WriteSummary(w io.Writer) error {
 	if c := rep.CPU; c != nil {
 		fmt.Fprintf(w, "server CPU: orchard %.2f cores, database %.2f cores; per orchestration: orchard %.2f ms, database %.2f ms; load generator %.2f cores, %.2f ms per orchestration\n",
 			c.OrchardCores, c.DatabaseCores, c.OrchardMillisPerOrchestration, c.DatabaseMillisPerOrchestration, c.GeneratorCores, c.GeneratorMillisPerOrchestration)
+		if c.MachineCores > 0 {
+			fmt.Fprintf(w, "machine: %d cores, %.2f idle, %.2f taken by its host (steal)\n", c.MachineCores, c.IdleCores, c.StolenCores)
+		}
 	}
 	for _, r := range rep.Tenants {
 		if ws := r.Windows; ws != nil {

@@ -77,6 +77,13 @@ tenants:
 	require.Contains(t, sb.String(), "ended_Failed=1")
 	require.Contains(t, sb.String(), "(0 gen/s)") // 0.5 rounds to 0
 	require.Contains(t, sb.String(), "3/s")
+	require.NotContains(t, sb.String(), "server CPU", "no CPU was read")
+
+	rep.CPU = &CPUReport{OrchardCores: 0.5, DatabaseCores: 0.75, MachineCores: 2, IdleCores: 0.25, StolenCores: 0.125}
+	sb.Reset()
+	require.NoError(t, rep.WriteSummary(&sb))
+	require.Contains(t, sb.String(), "server CPU: orchard 0.50 cores, database 0.75 cores")
+	require.Contains(t, sb.String(), "machine: 2 cores, 0.25 idle, 0.12 taken by its host (steal)")
 
 	dir := t.TempDir()
 	jsonPath, chartPath, err := rep.Save(dir)

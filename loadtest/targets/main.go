@@ -266,8 +266,9 @@ func cpuString(rep *loadtest.Report) string {
 	if rep.CPU == nil {
 		return ""
 	}
-	return fmt.Sprintf("CPU per orchestration: orchard %.2f ms, database %.2f ms, generator %.2f ms",
-		rep.CPU.OrchardMillisPerOrchestration, rep.CPU.DatabaseMillisPerOrchestration, rep.CPU.GeneratorMillisPerOrchestration)
+	return fmt.Sprintf("CPU per orchestration: orchard %.2f ms, database %.2f ms, generator %.2f ms; steal %.2f cores",
+		rep.CPU.OrchardMillisPerOrchestration, rep.CPU.DatabaseMillisPerOrchestration, rep.CPU.GeneratorMillisPerOrchestration,
+		rep.CPU.StolenCores)
 }
 
 // tenantWindows is a tenant's latency in the on and off windows of a
