@@ -278,9 +278,13 @@ func (p *Page) waitText(sel, want string, whole bool) string {
 	p.t.Helper()
 	s, err := p.pollText(sel, want, whole)
 	if err != nil {
-		var got string
-		_ = chromedp.Run(p.ctx, chromedp.Evaluate(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || "(no %s)"`, sel, sel), &got))
-		p.t.Fatalf("waiting for %q in %s: %v; it says: %q; problems: %q", want, sel, err, got, p.Problems())
+		// Where the page is and what it shows, for a wait that failed because
+		// the page left the view it was on.
+		var got struct{ Text, URL, Shows string }
+		_ = chromedp.Run(p.ctx, chromedp.Evaluate(fmt.Sprintf(`({text: (document.querySelector(%q) || {}).textContent || "(no %s)",
+			url: location.href, shows: ((document.querySelector("main") || document.body || {}).innerText || "").slice(0, 400)})`, sel, sel), &got))
+		p.t.Fatalf("waiting for %q in %s: %v; it says: %q; the page is at %s and shows %q; problems: %q",
+			want, sel, err, got.Text, got.URL, got.Shows, p.Problems())
 	}
 	return s
 }
